@@ -1,0 +1,58 @@
+# tinyformer: every target sets itself up on a fresh machine (a .venv in this folder).
+# make book · make test · make execute · make student · make grade DIR=folder · make bench
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DIR    ?= student
+BOOK_NOTEBOOKS := $(sort $(wildcard book/[0-9][0-9]-*.ipynb))
+
+.PHONY: install book test lint pytest nbval sync build execute student grade bench clean
+
+install: $(STAMP)
+
+# torch first, by itself: `torch==2.13.0` is a CPU wheel on the course machines; letting another
+# package pull torch in could fetch a multi-gigabyte CUDA build instead.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$$(grep -E '^torch==' requirements.txt)"
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+test: $(STAMP) lint pytest nbval sync build
+	@echo "make test: all checks passed"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check lib tests tools benchmarks
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest tests
+
+nbval: $(STAMP)
+	$(VENV)/bin/pytest --nbval $(BOOK_NOTEBOOKS) --nbval-sanitize-with tools/nbval_sanitize.cfg
+
+sync: $(STAMP)
+	$(PY) tools/nb.py check-sync
+
+build: book
+
+execute: $(STAMP)
+	$(PY) tools/nb.py execute
+
+student: $(STAMP)
+	$(PY) -m tinyformer.student book --out student
+
+grade: $(STAMP)
+	$(PY) -m tinyformer.grade $(DIR) --out grades
+
+bench: $(STAMP)
+	$(PY) benchmarks/attention_cost.py
+
+clean:
+	rm -rf _build student grades

@@ -1,0 +1,100 @@
+"""Chapter 0 helpers: the device, seeding, showing library code, and shape checks."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import random
+import textwrap
+
+import numpy as np
+import torch
+
+#: Threads used for CPU kernels. Reductions over many floats change in their last digits with
+#: the thread count, so the book pins it to make printed numbers identical on every machine.
+NUM_THREADS = 2
+
+
+def get_device() -> torch.device:
+    """The best available device: ``cuda``, then Apple's ``mps``, then ``cpu``."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python's ``random``, NumPy and PyTorch, and fix the CPU thread count.
+
+    Fixing the thread count matters as much as the seed: a sum of many floats split over more
+    threads is added in a different order and changes in its last digits.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.set_num_threads(NUM_THREADS)
+
+
+def show_source(obj) -> object:
+    """Display the source of a library function or class, highlighted, in a notebook.
+
+    Outside IPython it returns the source as a plain string.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(obj))
+    except (TypeError, OSError) as err:
+        raise TypeError(f"show_source expects a function or class with source code, got {obj!r}") from err
+    try:
+        from IPython.display import Code
+    except ImportError:  # pragma: no cover - IPython ships with every notebook install
+        return source
+    return Code(source, language="python")
+
+
+def check_shape(tensor: torch.Tensor, shape: tuple, name: str = "tensor") -> torch.Tensor:
+    """Raise a ``ValueError`` unless ``tensor.shape == shape``; ``None`` in ``shape`` matches any size.
+
+    Returns the tensor so it can wrap an expression: ``out = check_shape(f(x), (B, T, C))``.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    actual = tuple(tensor.shape)
+    expected = tuple(shape)
+    ok = len(actual) == len(expected) and all(e is None or a == e for a, e in zip(actual, expected))
+    if not ok:
+        raise ValueError(f"{name} has shape {actual}, expected {expected}")
+    return tensor
+
+
+def glue(name: str, value, display: bool = False):
+    """Record ``value`` under ``name`` so the book's prose can quote it (MyST-NB ``glue``).
+
+    Where MyST-NB is not installed (in Colab, say) this does nothing except return the value.
+    """
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:
+        return value
+    _glue(name, value, display=display)
+    return value
+
+
+#: The first code cell of every chapter notebook, character for character (a test checks it).
+#: In Colab it installs this library from the repository, leaving Colab's own torch alone;
+#: anywhere else the library is already installed by `make book` / `pip install -e .`.
+BOOTSTRAP = '''\
+# Set-up: in Colab, install the tinyformer library (Colab's own torch is kept).
+import sys
+
+if "google.colab" in sys.modules:
+    %pip install --quiet --no-deps "tinyformer @ git+{url}"'''
+
+
+def bootstrap_cell(url: str) -> str:
+    """The bootstrap cell for the repository ``url`` named in ``_config.yml``."""
+    return BOOTSTRAP.format(url=url)

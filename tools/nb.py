@@ -1,0 +1,109 @@
+"""Keep the book's notebook pairs honest.
+
+    python tools/nb.py execute [book/NN-slug.md ...]   execute each chapter from its .md source,
+                                                      write the paired .ipynb with outputs
+                                                      (byte-identical on re-execution), record
+                                                      the run time in book/timings.json
+    python tools/nb.py check-sync                      fail if any .md/.ipynb pair disagrees
+
+Chapters run in their own directory (book/) on the CPU; the Preface runs last because it
+quotes the other chapters' run times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+TIMINGS = BOOK / "timings.json"
+PREFACE = "00-"
+
+
+def chapters() -> list[Path]:
+    return sorted(BOOK.glob("[0-9][0-9]-*.md"))
+
+
+def _cells(nb) -> list[tuple]:
+    """What must agree between the two files of a pair: cell kinds, sources and tags."""
+    return [(c.cell_type, c.source.strip(), tuple(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+
+
+def check_sync() -> int:
+    bad = 0
+    for md in chapters():
+        ipynb = md.with_suffix(".ipynb")
+        if not ipynb.exists():
+            print(f"{ipynb.relative_to(ROOT)} is missing: run `make execute`")
+            bad += 1
+            continue
+        a = _cells(jupytext.read(md))
+        b = _cells(nbformat.read(ipynb, as_version=4))
+        if a != b:
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            print(f"{md.relative_to(ROOT)} and {ipynb.name} disagree (first at cell {first}): run `make execute`")
+            bad += 1
+    print(f"check-sync: {len(chapters())} pairs, {bad} out of sync")
+    return 1 if bad else 0
+
+
+def execute(md: Path, timeout: int = 600) -> float:
+    nb = jupytext.read(md)
+    # Stored outputs are the CPU reference, whatever the machine that makes them.
+    env_before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                       resources={"metadata": {"path": str(md.parent)}}).execute()
+        seconds = time.perf_counter() - start
+    finally:
+        if env_before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = env_before
+    nb.metadata.pop("widgets", None)
+    for i, cell in enumerate(nb.cells):  # stable ids, so re-execution is byte-identical
+        cell.id = hashlib.sha1(f"{i}:{cell.source}".encode()).hexdigest()[:8]
+    jupytext.write(nb, md.with_suffix(".ipynb"))
+    jupytext.write(nb, md, fmt="md:myst")  # same inputs; rewrites the pairing header identically
+    return seconds
+
+
+def run_execute(paths: list[str]) -> int:
+    targets = [Path(p).resolve() for p in paths] if paths else chapters()
+    targets.sort(key=lambda p: (p.name.startswith(PREFACE), p.name))  # the Preface last
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    for md in targets:
+        if md.name.startswith(PREFACE):
+            TIMINGS.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+        print(f"executing {md.relative_to(ROOT)} ...", flush=True)
+        seconds = execute(md)
+        timings[md.stem] = round(seconds, 1)
+        print(f"  {seconds:.1f} s", flush=True)
+    TIMINGS.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("execute")
+    ex.add_argument("paths", nargs="*")
+    sub.add_parser("check-sync")
+    a = ap.parse_args(argv)
+    return run_execute(a.paths) if a.cmd == "execute" else check_sync()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
