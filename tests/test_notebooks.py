@@ -1,0 +1,112 @@
+"""The book's notebooks: one bootstrap, honest pairs, a table of contents that lists them all."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+from tinyformer import checks
+from tinyformer.setup import bootstrap_cell
+from tinyformer.student import exercise_name
+
+from conftest import BOOK, ROOT, chapter_notebooks
+
+sys.path.insert(0, str(ROOT / "tools"))
+import nb as nbtool  # noqa: E402
+
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+NOTEBOOKS = chapter_notebooks()
+
+
+def _first_code(cells):
+    return next(c for c in cells if c.cell_type == "code")
+
+
+def test_there_are_chapters():
+    assert {p.stem[:2] for p in NOTEBOOKS} >= {"00", "02"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_code_cell_is_the_bootstrap(path):
+    expected = bootstrap_cell(CONFIG["repository"]["url"])
+    ipynb = _first_code(nbformat.read(path, as_version=4).cells)
+    md = _first_code(jupytext.read(path.with_suffix(".md")).cells)
+    assert ipynb.source == expected and md.source == expected
+    assert "remove-cell" in ipynb.metadata.get("tags", [])  # hidden in the book
+
+
+def test_bootstrap_names_the_configured_repository():
+    url = CONFIG["repository"]["url"]
+    assert url.startswith("https://") and f"git+{url}" in bootstrap_cell(url)
+
+
+def test_toc_lists_every_chapter_once():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]] + [ch["file"] for part in toc["parts"] for ch in part["chapters"]]
+    assert sorted(files) == sorted(f"book/{p.name}" for p in NOTEBOOKS)
+    assert len(files) == len(set(files))
+
+
+def test_launch_buttons_are_configured():
+    assert CONFIG["launch_buttons"]["colab_url"].startswith("https://colab.research.google.com")
+    assert CONFIG["html"]["use_repository_button"] and CONFIG["html"]["use_download_button"]
+    assert CONFIG["execute"]["execute_notebooks"] == "off"
+
+
+def test_pairs_are_in_sync():
+    assert nbtool.check_sync() == 0
+
+
+def test_sync_check_catches_an_edited_source(tmp_path, monkeypatch, capsys):
+    book = tmp_path / "book"
+    shutil.copytree(BOOK, book)
+    md = book / "02-attention.md"
+    md.write_text(md.read_text().replace("seed_everything(0)", "seed_everything(1)", 1))
+    monkeypatch.setattr(nbtool, "BOOK", book)
+    monkeypatch.setattr(nbtool, "ROOT", tmp_path)
+    assert nbtool.check_sync() == 1
+    assert "02-attention.md and 02-attention.ipynb disagree" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_cell_is_known_and_checked(path):
+    cells = nbformat.read(path, as_version=4).cells
+    for i, cell in enumerate(cells):
+        name = exercise_name(cell)
+        if not name:
+            continue
+        assert name in checks.EXERCISES, f"unknown exercise tag exercise-{name}"
+        later = "\n".join(c.source for c in cells[i + 1:] if c.cell_type == "code")
+        assert f"check_{name}(" in later, f"no cell calls checks.check_{name} after the exercise"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_ignored_outputs_are_followed_by_an_assertion(path):
+    cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    for i, cell in enumerate(cells):
+        tags = cell.metadata.get("tags", [])
+        if "nbval-ignore-output" in tags or "nbval-skip" in tags:
+            nxt = cells[i + 1] if i + 1 < len(cells) else None
+            assert nxt is not None and "assert" in nxt.source, f"cell {i} of {path.name} is exempt from nbval but " \
+                                                                "the next cell asserts nothing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_have_no_errors(path):
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert all(o.output_type != "error" for o in cell.outputs), cell.source[:80]
+            assert cell.execution_count is not None, f"unexecuted cell in {path.name}: run `make execute`"
+
+
+def test_every_chapter_fits_its_cpu_budget():
+    timings = json.loads((BOOK / "timings.json").read_text())
+    assert set(timings) == {p.stem for p in NOTEBOOKS}
+    assert all(seconds < 180 for seconds in timings.values()), timings
+    assert sum(timings.values()) < 15 * 60
