@@ -17,7 +17,8 @@ def _require_tensor(name: str, t, min_rank: int) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() < min_rank:
-        raise ValueError(f"{name} must have at least {min_rank} dimensions (..., T, d), got shape {tuple(t.shape)}")
+        raise ValueError(f"{name} must have at least {min_rank} dimensions (..., T, d), "
+                         f"got shape {tuple(t.shape)}")
     if not t.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
 
@@ -64,7 +65,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         _require_tensor(name, t, 2)
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share their last dimension d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+        raise ValueError(f"q and k must share their last dimension d_k, "
+                         f"got q {tuple(q.shape)} and k {tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same number of positions T_k, "
                          f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
@@ -77,11 +79,12 @@ def scaled_dot_product_attention(q, k, v, mask=None):
             torch.broadcast_shapes(mask.shape, scores.shape)
         except RuntimeError:
             raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {tuple(scores.shape)}"
+                f"mask of shape {tuple(mask.shape)} does not broadcast "
+                f"to the scores' shape {tuple(scores.shape)}"
             ) from None
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = softmax(scores, dim=-1)
-    return weights @ v, weights                                          # (..., T_q, d_v), (..., T_q, T_k)
+    return weights @ v, weights           # (..., T_q, d_v), (..., T_q, T_k)
 
 
 def attention_head(x, W_Q, W_K, W_V, causal: bool = True):
@@ -142,13 +145,15 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.o_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, return_weights: bool = False):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                return_weights: bool = False):
         """x: ``(..., T, d_model)``. ``mask`` (optional, boolean, broadcasting to
         ``(..., n_heads, T, T)``) is combined with the causal mask when ``causal=True``.
         Returns ``(..., T, d_model)``, and the weights ``(..., n_heads, T, T)`` if asked."""
         _require_tensor("x", x, 2)
         if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, "
+                             f"got shape {tuple(x.shape)}")
         T = x.shape[-2]
         q = split_heads(self.q_proj(x), self.n_heads)                   # (..., H, T, d_head)
         k = split_heads(self.k_proj(x), self.n_heads)

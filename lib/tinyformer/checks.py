@@ -125,7 +125,7 @@ def judge(ex: Exercise, cases: list[tuple], outcome: Outcome) -> Verdict:
     outputs = outcome.outputs or []
     refs = [ex.reference(*_clone(c)) for c in cases]
     if _all_same(outputs, refs, ex.exact_dtype):
-        return Verdict(ex.name, PASS, f"✓ {t}: matches the reference on all {len(cases)} test inputs.")
+        return Verdict(ex.name, PASS, f"✓ {t}: correct on all {len(cases)} test inputs.")
     for wrong, hint in ex.mistakes:
         if _all_same(outputs, [wrong(*_clone(c)) for c in cases], ex.exact_dtype):
             return Verdict(ex.name, FAIL, f"✗ {t}: wrong output. Hint: {hint}")
