@@ -146,3 +146,17 @@ def test_bad_folder_is_a_clear_error(tmp_path):
         grade.grade_folder(tmp_path, tmp_path / "out")
     with pytest.raises(ValueError, match="not a directory"):
         grade.grade_folder(tmp_path / "missing", tmp_path / "out")
+
+
+def test_student_notebooks_run_and_grade_as_not_implemented(tmp_path):
+    """The real student notebooks run top to bottom, and every stub is reported, not crashed on."""
+    from tinyformer.student import write_student_notebooks
+
+    from conftest import chapter_notebooks
+
+    written = write_student_notebooks(chapter_notebooks(), tmp_path / "student")
+    assert written
+    rows = grade.grade_folder(tmp_path / "student", tmp_path / "grades", timeout=170, seed=0, progress=False)
+    for row in rows:
+        assert row.run == "ok", row
+        assert row.status == checks.NOT_IMPLEMENTED, row
