@@ -125,10 +125,12 @@ WRONG = [
 @pytest.mark.parametrize(("name", "wrong", "hint"), WRONG, ids=[f"{n}-{w.__name__}" for n, w, _ in WRONG])
 def test_known_mistake_gets_its_hint(name, wrong, hint, capsys):
     verdict = checks.check(name, wrong)  # must not raise
-    line = capsys.readouterr().out.strip()
+    printed = capsys.readouterr().out.strip()
     assert not verdict and verdict.status == checks.FAIL
-    assert line.startswith("✗")
-    assert hint in line, line
+    assert printed.startswith("✗") and printed == verdict.wrapped()
+    assert " ".join(printed.split()) == verdict.message  # folded, never cut
+    assert hint in verdict.message, verdict.message
+    assert all(len(line) <= 88 for line in printed.splitlines())
 
 
 def test_mistakes_get_different_hints(capsys):
@@ -159,17 +161,20 @@ def test_raising_function_is_reported_with_its_error(capsys):
 
     verdict = checks.check_stable_softmax(broken)
     assert verdict.status == checks.ERROR
-    assert "IndexError: dimension out of range" in capsys.readouterr().out
+    capsys.readouterr()
+    assert "IndexError: dimension out of range" in verdict.message
 
 
 def test_wrong_shape_is_named(capsys):
-    checks.check_attention_head(lambda x, W_Q, W_K, W_V: x)
-    assert "output shape" in capsys.readouterr().out
+    verdict = checks.check_attention_head(lambda x, W_Q, W_K, W_V: x)
+    capsys.readouterr()
+    assert "output shape" in verdict.message
 
 
 def test_not_callable(capsys):
     verdict = checks.check_causal_mask(42)
-    assert not verdict and "expected a function" in capsys.readouterr().out
+    capsys.readouterr()
+    assert not verdict and "expected a function" in verdict.message
 
 
 def test_function_mutating_its_input_cannot_fool_the_reference(capsys):

@@ -14,6 +14,7 @@ function in a separate process and hands only its outputs to :func:`judge`.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,6 +42,11 @@ class Verdict:
 
     def __str__(self) -> str:
         return self.message
+
+    def wrapped(self, width: int = 88) -> str:
+        """The message folded to ``width`` columns (continuation lines indented), as printed."""
+        return textwrap.fill(self.message, width, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False)
 
     def _ipython_display_(self):
         """The verdict line has already been printed; show nothing more in a notebook."""
@@ -159,7 +165,7 @@ def check(name: str, fn: Callable, seed: int = 0) -> Verdict:
     else:
         cases = cases_for(ex, seed)
         verdict = judge(ex, cases, run_cases(fn, cases))
-    print(verdict.message)
+    print(verdict.wrapped())
     return verdict
 
 
