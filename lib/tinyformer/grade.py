@@ -5,8 +5,9 @@
 Each notebook is handled in two independent ways:
 
 1. **Run.** It is executed top to bottom in its own kernel, in a scratch copy of its folder, in
-   a child process that is killed when the time limit passes. This reports whether the
-   notebook runs (``ok``, ``error in cell N``, ``timeout``, ``kernel died``).
+   a child process that is killed, kernel and all, when the notebook's time limit passes. This
+   reports whether the notebook runs (``ok``, ``error in code cell N``, ``timeout``,
+   ``kernel died``).
 2. **Exercises.** The cells tagged ``exercise-<name>`` are executed again in a fresh Python
    process that holds nothing but the reader's code; the reader's function is called there
    on freshly drawn random inputs, and only its *outputs* come back. They are judged here, in
@@ -193,16 +194,15 @@ def grade_notebook(nb_path: Path, timeout: float, exercise_timeout: float, seed:
         except Exception as err:  # noqa: BLE001
             return [Row(nb_path.name, f"unreadable: {type(err).__name__}", "-", checks.ERROR, str(err)[:200])]
         status_file = tmp / "status.json"
+        # `timeout` bounds the whole notebook, kernel start included: the child is killed then.
         failure = _run_child([str(Path(__file__).with_name("_nbrun.py")), str(copy), str(status_file), str(timeout)],
-                             timeout=timeout + 60, cwd=run_dir)
+                             timeout=timeout, cwd=run_dir)
         if failure == "timeout":
             run = f"timeout after {timeout:g} s"
         elif status_file.exists():
             run = json.loads(status_file.read_text())["run"]
         else:
             run = f"crashed ({failure})"
-        if run.startswith("error") and ("KeyboardInterrupt" in run or "Timeout" in run):  # interrupted by the limit
-            run = f"timeout: a cell ran past {timeout:g} s"
         rows = [Row(nb_path.name, run, n, s, m) for n, s, m in grade_exercises(nb_path, ex_dir, seed, exercise_timeout)]
     return rows or [Row(nb_path.name, run, "-", "-", "no exercises in this notebook")]
 
