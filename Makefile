@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DIR    ?= student
 BOOK_NOTEBOOKS := $(sort $(wildcard book/[0-9][0-9]-*.ipynb))
 
-.PHONY: install book test lint pytest nbval sync build execute student grade bench clean
+.PHONY: install book test lint pytest nbval sync build html execute student grade bench clean
 
 install: $(STAMP)
 
@@ -25,7 +25,7 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: $(STAMP) lint pytest nbval sync build
+test: $(STAMP) lint pytest nbval sync build html
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
@@ -41,6 +41,9 @@ sync: $(STAMP)
 	$(PY) tools/nb.py check-sync
 
 build: book
+
+html: $(STAMP)
+	$(PY) tools/check_html.py
 
 execute: $(STAMP)
 	$(PY) tools/nb.py execute
