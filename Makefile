@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DIR    ?= student
 BOOK_NOTEBOOKS := $(sort $(wildcard book/[0-9][0-9]-*.ipynb))
 
-.PHONY: install book test lint pytest nbval sync build html execute student grade bench clean
+.PHONY: install book test lint pytest nbval sync claims build html execute student grade bench clean
 
 install: $(STAMP)
 
@@ -25,7 +25,7 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: $(STAMP) lint pytest nbval sync build html
+test: $(STAMP) lint pytest nbval sync claims build html
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
@@ -40,6 +40,10 @@ nbval: $(STAMP)
 sync: $(STAMP)
 	$(PY) tools/nb.py check-sync
 
+# the claims ledger (book/appendix-claims.md) matches the chapters' claim cells, which are well formed
+claims: $(STAMP)
+	$(PY) tools/claims.py check
+
 build: book
 
 html: $(STAMP)
@@ -47,6 +51,7 @@ html: $(STAMP)
 
 execute: $(STAMP)
 	$(PY) tools/nb.py execute
+	$(PY) tools/claims.py write
 
 student: $(STAMP)
 	$(PY) -m tinyformer.student book --out student

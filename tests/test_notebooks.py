@@ -49,7 +49,9 @@ def test_bootstrap_names_the_configured_repository():
 def test_toc_lists_every_chapter_once():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]] + [ch["file"] for part in toc["parts"] for ch in part["chapters"]]
-    assert sorted(files) == sorted(f"book/{p.name}" for p in NOTEBOOKS)
+    appendices = [f for f in files if f.startswith("book/appendix-") and f.endswith(".md")]  # pages, not notebooks
+    assert sorted(f for f in files if f not in appendices) == sorted(f"book/{p.name}" for p in NOTEBOOKS)
+    assert sorted(appendices) == sorted(f"book/{p.name}" for p in BOOK.glob("appendix-*.md"))
     assert len(files) == len(set(files))
 
 

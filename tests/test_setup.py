@@ -3,6 +3,7 @@ Colab bootstrap cell."""
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import types
@@ -14,14 +15,13 @@ from IPython.core.inputtransformer2 import TransformerManager
 
 import tinyformer
 import tinyformer.setup as tsetup
-from tinyformer import check_shape, get_device, glue, seed_everything, show_source
+from tinyformer import check_int, check_shape, get_device, glue, seed_everything, show_source
 from tinyformer.setup import bootstrap_cell
 
 
 @pytest.fixture
-def restore_global_state(monkeypatch):
-    """Undo what seed_everything changes: RNG states, the thread count, PYTHONHASHSEED."""
-    monkeypatch.setenv("PYTHONHASHSEED", "restore-me")  # monkeypatch restores the original
+def restore_global_state():
+    """Undo what seed_everything changes: the RNG states and the thread count."""
     py_state, np_state, torch_state = (
         random.getstate(),
         np.random.get_state(),
@@ -40,7 +40,7 @@ def draws():
 
 
 def test_public_names():
-    for name in ("get_device", "seed_everything", "show_source", "check_shape", "glue"):
+    for name in ("get_device", "seed_everything", "show_source", "check_shape", "check_int", "glue"):
         assert callable(getattr(tinyformer, name))
 
 
@@ -104,6 +104,58 @@ def test_seed_everything_sets_thread_count(restore_global_state):
 def test_seed_everything_rejects_non_int(restore_global_state, seed):
     with pytest.raises(TypeError, match="seed"):
         seed_everything(seed)
+
+
+def test_seed_everything_accepts_numpy_integers(restore_global_state):
+    seed_everything(np.int64(7))
+    a = draws()
+    seed_everything(7)
+    b = draws()
+    assert a[0] == b[0]
+    assert torch.equal(a[2], b[2])
+
+
+def test_seed_everything_leaves_the_environment_alone(restore_global_state):
+    """PYTHONHASHSEED only acts when a Python process starts, so setting it would be a false promise."""
+    before = dict(os.environ)
+    seed_everything(123)
+    assert dict(os.environ) == before
+
+
+# --------------------------------------------------------------------------------------------
+# check_int
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [1, 7, 2**40, np.int64(3), np.int32(5), np.uint8(9)], ids=repr)
+def test_check_int_accepts_integers(value):
+    got = check_int("n_heads", value)
+    assert type(got) is int
+    assert got == int(value)
+
+
+@pytest.mark.parametrize("value", [1.0, 2.5, "3", None, True, False, np.float64(3.0), torch.tensor(3)], ids=repr)
+def test_check_int_rejects_non_integers(value):
+    with pytest.raises(TypeError, match=r"^n_heads must be an integer, got \w+"):
+        check_int("n_heads", value)
+
+
+def test_check_int_error_text():
+    with pytest.raises(TypeError) as info:
+        check_int("n_heads", 2.0)
+    assert str(info.value) == "n_heads must be an integer, got float"
+    with pytest.raises(ValueError) as info:
+        check_int("n_heads", 0)
+    assert str(info.value) == "n_heads must be at least 1, got 0"
+
+
+@pytest.mark.parametrize(("value", "minimum", "ok"), [(0, 0, True), (-1, 0, False), (-5, None, True), (4, 5, False)])
+def test_check_int_minimum(value, minimum, ok):
+    if ok:
+        assert check_int("T", value, minimum=minimum) == value
+    else:
+        with pytest.raises(ValueError, match=rf"^T must be at least {minimum}, got {value}$"):
+            check_int("T", value, minimum=minimum)
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import nbformat
 import pytest
 
@@ -106,6 +109,33 @@ def test_exercise_directive_becomes_heading():
     md = "Text.\n\n:::{exercise} 2.9 · Title\n:label: ex-x\n\nDo it.\n:::\n\nMore."
     out = make_student(_nb(nbformat.v4.new_markdown_cell(md))).cells[0].source
     assert out == "Text.\n\n### Exercise 2.9 · Title\n\nDo it.\n\nMore."
+
+
+def test_stub_names_the_function_the_reader_writes():
+    """A registered exercise's stub names its registry function (so a check can say which
+    unfinished exercise another one calls); an unregistered one names its enclosing def."""
+    src = "def all_heads_at_once(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+    out = make_student(_nb(_code(src, "exercise-multi_head_attention"))).cells[0].source
+    assert 'raise NotImplementedError("all_heads_at_once is not implemented yet")' in out
+    src = "import math\n\n\ndef helper_name(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+    out = make_student(_nb(_code(src, "exercise-not_registered"))).cells[0].source
+    assert 'raise NotImplementedError("helper_name is not implemented yet")' in out
+    assert student.stub_function("no_def_here", "x = 1\n# BEGIN SOLUTION\n# END SOLUTION") == "no_def_here"
+
+
+def test_old_paths_are_the_course_tools():
+    from tinyformer import grade
+    from tinyformer.course import grade as course_grade
+    from tinyformer.course import student as course_student
+
+    assert student.make_student is course_student.make_student and student.main is course_student.main
+    assert grade.grade_folder is course_grade.grade_folder and grade.main is course_grade.main
+
+
+def test_commands_run_from_the_old_paths():
+    for module in ("tinyformer.student", "tinyformer.grade"):
+        done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr
 
 
 def test_cli_writes_only_notebooks_with_exercises(tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-import os
+import numbers
 import random
 import textwrap
 
@@ -25,15 +25,29 @@ def get_device() -> torch.device:
     return torch.device("cpu")
 
 
+def check_int(name: str, value, minimum: int | None = 1) -> int:
+    """Return ``value`` as a Python ``int``, or raise an error that names the argument.
+
+    Any integer is accepted (NumPy's ``np.int64`` included), but not ``bool``, which Python counts
+    as an integer although ``n_heads=True`` is surely a mistake. ``minimum=None`` allows any value.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
 def seed_everything(seed: int = 0) -> None:
     """Seed Python's ``random``, NumPy and PyTorch, and fix the CPU thread count.
 
     Fixing the thread count matters as much as the seed: a sum of many floats split over more
-    threads is added in a different order and changes in its last digits.
+    threads is added in a different order and changes in its last digits. String hashing
+    (``PYTHONHASHSEED``) is fixed only when Python starts, so it is left alone here: code that must
+    be reproducible should not depend on the iteration order of a set of strings.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    os.environ["PYTHONHASHSEED"] = str(seed)
+    seed = check_int("seed", seed, minimum=None)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -59,7 +73,7 @@ def show_source(obj) -> object:
 def check_shape(tensor: torch.Tensor, shape: tuple, name: str = "tensor") -> torch.Tensor:
     """Raise a ``ValueError`` unless ``tensor.shape == shape``; ``None`` in ``shape`` matches any size.
 
-    Returns the tensor so it can wrap an expression: ``out = check_shape(f(x), (B, T, C))``.
+    Returns the tensor so it can wrap an expression: ``out = check_shape(f(x), (B, T, d_model))``.
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")

@@ -1,6 +1,6 @@
 """Execute one notebook and write how it went: ``python _nbrun.py NOTEBOOK STATUS_JSON TIMEOUT``.
 
-Run as a script by :mod:`tinyformer.grade` in a child process. It imports neither torch nor the
+Run as a script by :mod:`tinyformer.course.grade` in a child process. It imports neither torch nor the
 package, so a notebook's run costs only its own kernel's start-up.
 """
 

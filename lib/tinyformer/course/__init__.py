@@ -1,0 +1,30 @@
+"""Course machinery that readers never study: the checks' judging engine, each chapter's exercise
+registry, and the ``student`` and ``grade`` tools.
+
+Importing the package registers every chapter's exercises in :data:`EXERCISES`. Readers use the
+checks through :mod:`tinyformer.checks` (``tinyformer.checks.check_<name>``).
+"""
+
+from tinyformer.course import ch02  # noqa: F401 - registers chapter 2's exercises
+from tinyformer.course.engine import (
+    ERROR,
+    EXERCISES,
+    FAIL,
+    NOT_IMPLEMENTED,
+    PASS,
+    Exercise,
+    Outcome,
+    Verdict,
+    cases_for,
+    check,
+    describe,
+    judge,
+    portable,
+    register,
+    run_cases,
+)
+
+__all__ = [
+    "ERROR", "EXERCISES", "FAIL", "NOT_IMPLEMENTED", "PASS", "Exercise", "Outcome", "Verdict", "cases_for",
+    "check", "describe", "judge", "portable", "register", "run_cases",
+]

@@ -1,0 +1,518 @@
+"""The judging engine behind every exercise check.
+
+An :class:`Exercise` declares what the reader writes (``function``), how to draw test inputs
+(``make_cases``), the right answer (``reference``) and the mistakes it knows: wrong
+implementations whose outputs the reader's may equal (``mistakes``), exceptions a mistake raises
+(``error_hints``), and optional ``compare`` / ``diagnose`` hooks for answers that are not a plain
+tensor (a tuple of numbers, a pair of matrices judged by what they do).
+
+Judging happens in two steps, so the grader can run the first one in a sandbox process:
+
+1. :func:`run_cases` calls the reader's function on fresh copies of every case and records an
+   :class:`Outcome`: its outputs, made *portable* (plain CPU tensors, numbers, tuples; anything
+   else becomes a description), the exception it raised, and which arguments it modified in place.
+2. :func:`judge` compares that outcome with the reference and returns a :class:`Verdict` whose
+   message starts with ✓ or ✗ and, on failure, names the likely mistake.
+
+Neither step raises, whatever the reader's function does or returns; only ``KeyboardInterrupt``
+goes through, so a reader can still stop a function that loops.
+
+Policies (the same for every chapter):
+
+- Tensor inputs are float64. An output whose dtype differs from the reference's fails with its
+  own hint (decided by the dtype alone, so the verdict never depends on the random inputs).
+- Values are compared with ``rtol=1e-9, atol=1e-12`` by default: float64 computations done in
+  another order (a loop over heads, einsum, a sum over blocks) agree to ~1e-15 relative, five
+  orders of magnitude inside; an answer off by 1e-7 relative, let alone 1e-4, fails.
+- The cases are built so that every registered mistake differs from the reference, and from the
+  other mistakes, whatever the seed: the seed changes the numbers, never the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+PASS, FAIL, NOT_IMPLEMENTED, ERROR = "pass", "fail", "not implemented", "error"
+
+_FOREIGN = "__foreign__"          # key of the marker that stands for an object the grader cannot ship
+_MAX_ITEMS = 10_000               # a longer list is described, not copied
+_MAX_DEPTH = 8
+_STUB = re.compile(r"^\s*([A-Za-z_]\w*) is not implemented yet")
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class Verdict:
+    """The result of a check. Truthy when the exercise passed; ``message`` is the printed line."""
+
+    exercise: str
+    status: str
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        return self.message
+
+    def wrapped(self, width: int = 88) -> str:
+        """The message folded to ``width`` columns (continuation lines indented), as printed."""
+        return textwrap.fill(self.message, width, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False)
+
+    def _ipython_display_(self):
+        """The check has printed the verdict already: a notebook shows nothing more."""
+
+
+@dataclass
+class Outcome:
+    """What the reader's function did on the cases, in a form that survives ``torch.save``.
+
+    ``outputs`` holds the (portable) outputs of the cases that returned, in order; if a case
+    raised, ``error`` is ``(exception type name, message)`` for the case right after them.
+    ``mutated`` lists the positions of the arguments the function modified in place.
+    """
+
+    outputs: list | None = None
+    error: tuple[str, str] | None = None
+    mutated: list[int] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Exercise:
+    """One checked exercise. Declare it with keyword arguments and :func:`register` it."""
+
+    name: str                      # the key, also the check's suffix: tinyformer.checks.check_<name>
+    number: str                    # "2.6"; "" for a drill (a check that is no exercise of the chapter)
+    function: str                  # the name of the function the reader writes
+    chapter: str                   # the chapter notebook it belongs to, e.g. "02-attention"
+    args: tuple[str, ...]          # the function's argument names, for messages
+    make_cases: Callable[[torch.Generator], list[tuple]]
+    reference: Callable
+    returns: str = "the output tensor"   # what the function must return, in words
+    item_names: tuple[str, ...] = ()     # the items' names when the reference returns a tuple
+    mistakes: list[tuple[Callable, str]] = field(default_factory=list)        # (wrong version, hint)
+    error_hints: list[tuple[type | str, str, str]] = field(default_factory=list)  # (type, regex, hint)
+    generic_hint: str = ""
+    exact_dtype: bool = True       # tensors must have the reference's dtype (else: any real dtype)
+    accept_lists: bool = False     # nested lists of numbers are accepted where tensors are expected
+    rtol: float = 1e-9
+    atol: float = 1e-12
+    compare: Callable[[tuple, Any, Any], bool] | None = None   # (case, output, reference) -> agrees?
+    diagnose: Callable[[list, list, list], str | None] | None = None  # (cases, outputs, refs) -> text
+    diagnose_hints: tuple[str, ...] = ()   # every hint `diagnose` can give (so tests can cover them)
+    drill: bool = False            # a check outside the chapter's exercises: the grader does not expect it
+
+    @property
+    def title(self) -> str:
+        return f"Exercise {self.number} ({self.function})" if self.number else self.function
+
+    def hints(self) -> list[str]:
+        """Every named hint this exercise can give (mistakes, error hints, diagnoses)."""
+        return ([h for _, h in self.mistakes] + [h for *_, h in self.error_hints] + list(self.diagnose_hints))
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def register(ex: Exercise) -> Exercise:
+    """Add ``ex`` to :data:`EXERCISES`; names and hints must be unique (tests tell hints apart)."""
+    if ex.name in EXERCISES:
+        raise ValueError(f"an exercise named {ex.name!r} is already registered")
+    hints = ex.hints()
+    if len(set(hints)) != len(hints):
+        raise ValueError(f"exercise {ex.name!r} has two identical hints")
+    EXERCISES[ex.name] = ex
+    return ex
+
+
+# --------------------------------------------------------------------------- running the reader's code
+
+
+def portable(obj, depth: int = 0):
+    """``obj`` as plain data that ``torch.load(weights_only=True)`` accepts: CPU tensors, numbers,
+    strings, None, tuples and lists of those. Anything else becomes a marker that describes it."""
+    try:
+        if obj is None or type(obj) in (bool, int, float, str):
+            return obj
+        if isinstance(obj, torch.Tensor):
+            if obj.device.type == "meta":
+                return _foreign(obj, "a tensor on the meta device, which holds no values")
+            if obj.layout != torch.strided:
+                return _foreign(obj, f"a {obj.layout} tensor")
+            t = obj.detach().cpu().clone()    # a copy: a view of a huge tensor must not ship it all
+            return t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
+        if isinstance(obj, (tuple, list)):
+            if depth >= _MAX_DEPTH or len(obj) > _MAX_ITEMS:
+                return _foreign(obj, describe(obj))
+            items = [portable(o, depth + 1) for o in obj]
+            return tuple(items) if isinstance(obj, tuple) else items
+        if isinstance(obj, (bool, int, float, str)):          # subclasses: IntEnum, numpy.float64
+            return next(t(obj) for t in (bool, int, float, str) if isinstance(obj, t))
+        if type(obj).__module__ == "numpy" and getattr(obj, "ndim", None) == 0:
+            return portable(obj.item(), depth)                 # a numpy scalar, e.g. numpy.int64
+    except Exception:  # noqa: BLE001 - an object that misbehaves when read is described instead
+        return _foreign(obj, f"{_a(_type_name(obj))} that could not be read")
+    return _foreign(obj, describe(obj))
+
+
+def _foreign(obj, about: str) -> dict:
+    return {_FOREIGN: _type_name(obj), "about": about}
+
+
+def _type_name(obj) -> str:
+    t = type(obj)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__qualname__}"
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def describe(obj) -> str:
+    """A few words for what a function returned: 'a tuple of 2 items', 'a numpy.ndarray', …"""
+    try:
+        if obj is None:
+            return "None"
+        if isinstance(obj, dict) and _FOREIGN in obj:
+            return str(obj["about"])
+        if isinstance(obj, (tuple, list)):
+            n = len(obj)
+            return f"{_a(type(obj).__name__)} of {n} item{'s' if n != 1 else ''}"
+        if isinstance(obj, torch.Tensor):
+            return f"a tensor of shape {tuple(obj.shape)}"
+        if type(obj).__module__ == "numpy" and hasattr(obj, "shape"):
+            return f"a numpy.{type(obj).__name__} of shape {tuple(obj.shape)}"
+        return _a(_type_name(obj))
+    except Exception:  # noqa: BLE001
+        return "an object that could not be described"
+
+
+def _clone(case: tuple) -> tuple:
+    """Fresh copies, so a function that writes into its inputs cannot corrupt the next call."""
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case)
+
+
+def _changed(before: tuple, after: tuple) -> list[int]:
+    """Positions of the tensor arguments whose contents the call modified."""
+    changed = []
+    for i, (a, b) in enumerate(zip(before, after)):
+        if isinstance(a, torch.Tensor):
+            try:
+                same = a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+            except Exception:  # noqa: BLE001
+                same = False
+            if not same:
+                changed.append(i)
+    return changed
+
+
+def _error_text(err: BaseException) -> str:
+    try:
+        text = " ".join(str(err).split())
+    except Exception:  # noqa: BLE001 - an exception whose __str__ itself fails
+        text = ""
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run on one CPU thread: the cases are tiny, and on a busy machine every parallel region of
+    torch's thread pool waits for a free core (a 5x5 tril then takes milliseconds, not microseconds)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_cases(fn: Callable, cases: list[tuple], *, reraise: tuple[type[BaseException], ...] = ()) -> Outcome:
+    """Call ``fn(*case)`` on a copy of every case; stop at the first exception and record it.
+
+    Any exception is recorded, ``SystemExit`` included; ``KeyboardInterrupt`` and the types in
+    ``reraise`` (the grader's own time-out signal) propagate.
+    """
+    with _one_thread():
+        return _run_cases(fn, cases, reraise)
+
+
+def _run_cases(fn: Callable, cases: list[tuple], reraise: tuple[type[BaseException], ...]) -> Outcome:
+    outputs: list = []
+    mutated: set[int] = set()
+    for case in cases:
+        args = _clone(case)
+        try:
+            out = fn(*args)
+        except KeyboardInterrupt:
+            raise
+        except reraise:
+            raise
+        except BaseException as err:  # noqa: BLE001 - whatever the reader's code raises is theirs to see
+            return Outcome(outputs=outputs, error=(type(err).__name__, _error_text(err)), mutated=sorted(mutated))
+        mutated.update(_changed(case, args))
+        outputs.append(portable(out))
+    return Outcome(outputs=outputs, mutated=sorted(mutated))
+
+
+# --------------------------------------------------------------------------- reading outputs
+
+
+class _Unfit(Exception):
+    """An output that cannot be compared with the reference (type, structure, dtype)."""
+
+
+def _read(out, ref, ex: Exercise, what: str | None = None):
+    """``out`` brought to the reference's form (a tuple, a tensor, a number), or ``_Unfit`` naming
+    what is wrong. ``what`` names an item of a tuple; None means the whole return value."""
+    said = "returned" if what is None else f"{what} is"
+    if isinstance(ref, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(ref):
+            raise _Unfit(f"{said} {describe(out)}; return {ex.returns}")
+        names = ex.item_names or tuple(f"item {i}" for i in range(len(ref)))
+        return tuple(_read(o, r, ex, n) for o, r, n in zip(out, ref, names))
+    if isinstance(ref, torch.Tensor):
+        return _read_tensor(out, ref, ex, what, said)
+    if isinstance(ref, (int, float)):
+        if isinstance(out, torch.Tensor) and out.dim() == 0 and not out.dtype.is_complex and out.dtype != torch.bool:
+            out = out.item()
+        if type(out) in (int, float):
+            return out
+        raise _Unfit(f"{said} {describe(out)}; return {ex.returns}" if what is None
+                     else f"{what} is {describe(out)}, not a number")
+    return out
+
+
+def _read_tensor(out, ref: torch.Tensor, ex: Exercise, what: str | None, said: str) -> torch.Tensor:
+    if isinstance(out, list) and ex.accept_lists:
+        out = _list_to_tensor(out, what or "the result")
+    if not isinstance(out, torch.Tensor):
+        if out is None:
+            raise _Unfit(f"{said} None; did you forget the `return` line?")
+        if isinstance(out, (tuple, list)) and what is None:
+            raise _Unfit(f"{said} {describe(out)}; return only {ex.returns}")
+        raise _Unfit(f"{said} {describe(out)}; return a torch.Tensor")
+    subject = "your function returned" if what is None else f"{what} has"
+    if ex.exact_dtype and out.dtype != ref.dtype:
+        raise _Unfit(_dtype_message(subject, out.dtype, ref.dtype))
+    if not ex.exact_dtype:
+        if out.dtype == torch.bool or out.dtype.is_complex:
+            raise _Unfit(f"{subject} dtype {out.dtype}; return real numbers")
+        out = out.to(ref.dtype)
+    return out
+
+
+def _dtype_message(subject: str, got: torch.dtype, want: torch.dtype) -> str:
+    if want == torch.bool:
+        return (f"{subject} dtype {got}; return a torch.bool tensor (True where attention is allowed): "
+                f"comparisons such as j <= i give one, as does torch.ones(..., dtype=torch.bool)")
+    if want.is_floating_point and got.is_floating_point and got.itemsize < want.itemsize:
+        return (f"{subject} {got} for {want} inputs: keep the inputs' dtype — avoid .float(), and create "
+                f"new tensors with dtype=x.dtype")
+    return f"{subject} dtype {got}; expected {want}, the dtype of the inputs"
+
+
+def _list_to_tensor(rows, what: str) -> torch.Tensor:
+    """A nested list of numbers (or 0-d tensors) as a float64 tensor."""
+    def number(x):
+        if isinstance(x, torch.Tensor) and x.dim() == 0:
+            x = x.item()
+        if type(x) not in (int, float):
+            raise _Unfit(f"{what} is a list that holds {describe(x)}; use numbers or a tensor")
+        return float(x)
+
+    def walk(x):
+        return [walk(r) for r in x] if isinstance(x, (list, tuple)) else number(x)
+
+    try:
+        return torch.tensor(walk(rows), dtype=torch.float64)
+    except _Unfit:
+        raise
+    except Exception:  # noqa: BLE001 - ragged rows
+        raise _Unfit(f"{what} is a list whose rows have different lengths") from None
+
+
+def _leaves(x):
+    """The tensors and numbers inside a (nested) tuple, in order."""
+    if isinstance(x, tuple):
+        for item in x:
+            yield from _leaves(item)
+    else:
+        yield x
+
+
+def _shapes_agree(out, ref) -> bool:
+    return all(not isinstance(r, torch.Tensor) or o.shape == r.shape for o, r in zip(_leaves(out), _leaves(ref)))
+
+
+def _close(out, ref, ex: Exercise) -> bool:
+    """Equal within the exercise's tolerance (exactly, for booleans); shapes must match."""
+    if isinstance(ref, tuple):
+        return isinstance(out, tuple) and len(out) == len(ref) and all(_close(o, r, ex) for o, r in zip(out, ref))
+    if isinstance(ref, torch.Tensor):
+        if not isinstance(out, torch.Tensor) or out.shape != ref.shape or out.dtype != ref.dtype:
+            return False
+        if ref.dtype == torch.bool:
+            return bool(torch.equal(out, ref))
+        return bool(torch.allclose(out, ref, rtol=ex.rtol, atol=ex.atol, equal_nan=True))
+    if isinstance(ref, (int, float)) and type(out) in (int, float):
+        return math.isclose(out, ref, rel_tol=ex.rtol, abs_tol=ex.atol)
+    return out == ref
+
+
+def _agrees(ex: Exercise, case: tuple, out, ref) -> bool:
+    if not _shapes_agree(out, ref):
+        return False
+    return ex.compare(case, out, ref) if ex.compare is not None else _close(out, ref, ex)
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def judge(ex: Exercise, cases: list[tuple], outcome: Outcome) -> Verdict:
+    """Compare an :class:`Outcome` with the reference and name the likely mistake. Never raises
+    (but ``KeyboardInterrupt``)."""
+    try:
+        with _one_thread():
+            return _judge(ex, cases, outcome)
+    except Exception as err:  # noqa: BLE001 - the verdict must still be printed
+        return Verdict(ex.name, ERROR, f"✗ {ex.title}: the check could not judge this answer "
+                                       f"({type(err).__name__}: {_error_text(err)}).")
+
+
+def _judge(ex: Exercise, cases: list[tuple], outcome: Outcome) -> Verdict:
+    t = ex.title
+    if outcome.error is not None:
+        return _judge_error(ex, cases, outcome)
+    outputs = list(outcome.outputs or [])
+    if len(outputs) != len(cases):
+        return Verdict(ex.name, ERROR, f"✗ {t}: expected {len(cases)} outputs, got {len(outputs)}.")
+    refs = [portable(ex.reference(*_clone(c))) for c in cases]
+    try:
+        read, problem = [_read(o, r, ex) for o, r in zip(outputs, refs)], None
+    except _Unfit as unfit:
+        read, problem = None, str(unfit)
+    right = read is not None and all(_agrees(ex, c, o, r) for c, o, r in zip(cases, read, refs))
+    if outcome.mutated:   # a definite mistake, even when the output is right
+        names = " and ".join(f"`{ex.args[i]}`" if i < len(ex.args) else f"argument {i + 1}" for i in outcome.mutated)
+        return Verdict(ex.name, FAIL, f"✗ {t}: your function changed its input {names} in place"
+                       f"{' (its output is right)' if right else ''}: the caller's tensors must stay as they were, so "
+                       f"compute new tensors instead of using -=, exp_(), masked_fill_() or an indexed assignment.")
+    if problem is not None:  # a type, structure or dtype the reference does not have
+        return Verdict(ex.name, FAIL, f"✗ {t}: {problem}{'' if problem.endswith('?') else '.'}")
+    if right:
+        on = f"all {len(cases)} test inputs" if len(cases) > 1 else "the test input"
+        return Verdict(ex.name, PASS, f"✓ {t}: correct on {on}.")
+    return Verdict(ex.name, FAIL, f"✗ {t}: {_explain(ex, cases, read, refs)}")
+
+
+def _explain(ex: Exercise, cases: list[tuple], read: list, refs: list) -> str:
+    """Why well-formed outputs are wrong, most specific first: a known mistake, a shape, the
+    exercise's own diagnosis, NaN or inf, else the generic hint."""
+    for wrong, hint in ex.mistakes:
+        if _same_behaviour(ex, cases, read, None, wrong):
+            return f"wrong output. Hint: {hint}"
+    for case, out, ref in zip(cases, read, refs):
+        if not _shapes_agree(out, ref):
+            return f"{_shape_message(ex, case, out, ref)}."
+    text = ex.diagnose(cases, read, refs) if ex.diagnose is not None else None
+    if text:
+        return text
+    for out, ref in zip(read, refs):
+        for o, r in zip(_leaves(out), _leaves(ref)):
+            if (isinstance(o, torch.Tensor) and o.is_floating_point() and not torch.isfinite(o).all()
+                    and torch.isfinite(r).all()):
+                return f"the output contains NaN or inf where the reference is finite. Hint: {ex.generic_hint}"
+    return f"wrong values. Hint: {ex.generic_hint}"
+
+
+def _judge_error(ex: Exercise, cases: list[tuple], outcome: Outcome) -> Verdict:
+    t = ex.title
+    kind, msg = outcome.error
+    if kind == "NotImplementedError":
+        m = _STUB.match(msg)
+        called = m.group(1) if m else None
+        if called is None or called in (ex.function, ex.name):
+            return Verdict(ex.name, NOT_IMPLEMENTED,
+                           f"✗ {t}: not implemented yet - replace the `raise NotImplementedError` line with your code.")
+        other = next((e for e in EXERCISES.values() if e.function == called), None)
+        where = f" ({other.title.split(' (')[0]})" if other is not None and other.number else ""
+        return Verdict(ex.name, NOT_IMPLEMENTED, f"✗ {t}: it calls {called}, which is not implemented yet{where}.")
+    said = f"✗ {t}: your function raised {kind}" + (f": {msg.rstrip('.')}" if msg else "")
+    read = _read_prefix(ex, cases, outcome.outputs or [])
+    if read:  # it returned on the first cases, then raised: a mistake that does the same is named
+        for wrong, hint in ex.mistakes:
+            if _same_behaviour(ex, cases, read, kind, wrong):
+                return Verdict(ex.name, ERROR, f"{said}. Hint: {hint}")
+    for err_type, pattern, hint in ex.error_hints:
+        name = err_type if isinstance(err_type, str) else err_type.__name__
+        if kind == name and re.search(pattern, msg):
+            return Verdict(ex.name, ERROR, f"{said}. Hint: {hint}")
+    return Verdict(ex.name, ERROR, said)
+
+
+def _read_prefix(ex: Exercise, cases: list[tuple], outputs: list) -> list | None:
+    """The outputs of the cases that returned before an exception, read; None if unreadable."""
+    refs = [portable(ex.reference(*_clone(c))) for c in cases[:len(outputs)]]
+    try:
+        return [_read(o, r, ex) for o, r in zip(outputs, refs)]
+    except _Unfit:
+        return None
+
+
+def _same_behaviour(ex: Exercise, cases: list[tuple], read: list, error_kind: str | None, wrong: Callable) -> bool:
+    """Does the known-wrong version ``wrong`` return what the reader's returned on the same cases,
+    and raise (an exception of the same type) where the reader's raised?"""
+    theirs = run_cases(wrong, cases)
+    if len(theirs.outputs) != len(read):
+        return False
+    if (theirs.error[0] if theirs.error else None) != error_kind:
+        return False
+    return all(_close(o, w, ex) for o, w in zip(read, theirs.outputs))
+
+
+def _shape_message(ex: Exercise, case: tuple, out, ref) -> str:
+    names = ex.item_names if isinstance(ref, tuple) else ("output",)
+    arg_names = ex.args if len(ex.args) == len(case) else tuple(f"argument {i + 1}" for i in range(len(case)))
+    inputs = ", ".join(f"{n} of shape {tuple(a.shape)}" if isinstance(a, torch.Tensor) else f"{n} = {a!r}"
+                       for n, a in zip(arg_names, case))
+    for name, o, r in zip(names, _leaves(out), _leaves(ref)):
+        if isinstance(r, torch.Tensor) and o.shape != r.shape:
+            return f"{name} shape {tuple(o.shape)}, expected {tuple(r.shape)}" + (f" for {inputs}" if inputs else "")
+    return "wrong shapes"
+
+
+# --------------------------------------------------------------------------- the public entry points
+
+
+def cases_for(ex: Exercise, seed: int = 0) -> list[tuple]:
+    """The test inputs of ``ex`` for ``seed`` (float64 tensors; the seed changes the numbers only)."""
+    return ex.make_cases(torch.Generator().manual_seed(seed))
+
+
+def check(name: str, fn: Callable, seed: int = 0) -> Verdict:
+    """Run exercise ``name`` on ``fn``, print the verdict line, and return the :class:`Verdict`."""
+    if name not in EXERCISES:
+        raise ValueError(f"name must be one of the registered exercises {sorted(EXERCISES)}, got {name!r}")
+    ex = EXERCISES[name]
+    if not callable(fn):
+        verdict = Verdict(name, ERROR, f"✗ {ex.title}: expected a function, got {describe(fn)}.")
+    else:
+        cases = cases_for(ex, seed)
+        verdict = judge(ex, cases, run_cases(fn, cases))
+    print(verdict.wrapped())
+    return verdict
