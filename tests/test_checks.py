@@ -113,7 +113,7 @@ def test_another_device_is_read_not_crashed_on(capsys):
 
 @pytest.mark.parametrize(("returned", "message"), [
     (lambda *a: (correct_head(*a), None), "returned a tuple of 2 items; return only the output tensor"),
-    (lambda *a: [correct_head(*a)], "returned a list of 1 item; return only the output tensor"),
+    (lambda *a: [correct_head(*a)], "returned a list of 1 item; return a torch.Tensor"),
     (lambda *a: correct_head(*a).numpy(), "returned a numpy.ndarray of shape (2, 4, 6); return a torch.Tensor"),
     (lambda *a: None, "returned None; did you forget the `return` line?"),
     (lambda *a: 3.0, "returned a float; return a torch.Tensor"),
@@ -313,3 +313,19 @@ def test_a_check_shows_one_verdict_and_nothing_else_in_ipython():
         interactiveshell.InteractiveShell.clear_instance()
     assert shown == [], shown
     assert len(lines) == 3 and lines[0].startswith("✓") and lines[1].startswith("✗") and lines[2] == lines[0]
+
+
+def test_a_float32_computation_cast_back_is_named(capsys):
+    verdict = checks.check_attention_head(lambda *a: correct_head(*(t.float() for t in a)).double())
+    capsys.readouterr()
+    assert not verdict and "computed in float32 and cast back" in verdict.message, verdict.message
+
+
+def test_a_numeric_ndarray_ships_its_values():
+    import io
+    buf = io.BytesIO()
+    torch.save(engine.portable(np.arange(6.0).reshape(2, 3)), buf)
+    buf.seek(0)
+    shipped = torch.load(buf, weights_only=True)
+    assert engine.describe(shipped) == "a numpy.ndarray of shape (2, 3)"
+    assert torch.equal(shipped["values"], torch.arange(6.0, dtype=torch.float64).reshape(2, 3))

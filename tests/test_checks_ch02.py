@@ -248,7 +248,7 @@ def flops(proj=8, attn=4, ffn=4, as_tuple=True):
 
 
 def learner_mha(scale="head", causal=True, fill=-math.inf, softmax_first=False, keys_first=False, single=False,
-                use_W_O=True, transposed_W=False):
+                use_W_O=True, transposed_W=False, dim=-1, hide=1, renormalise=False):
     """A learner's causal MHA (a loop over heads), with the slip chosen by the keywords."""
     def all_heads_at_once(x, W_Q, W_K, W_V, W_O, n_heads):
         B, T, C = x.shape
@@ -256,19 +256,21 @@ def learner_mha(scale="head", causal=True, fill=-math.inf, softmax_first=False, 
         D = C // H
         lin = (lambda W: x @ W.T) if transposed_W else (lambda W: x @ W)
         q, k, v = lin(W_Q), lin(W_K), lin(W_V)
-        later = torch.ones(T, T).triu(1).bool()
+        later = torch.ones(T, T).triu(hide).bool()          # hide=0 hides the diagonal too
         outs = []
         for h in range(H):
             cols = slice(h * D, (h + 1) * D)
             qh, kh = q[..., cols], k[..., cols]
             s = torch.einsum("bid,bjd->bij", kh, qh) if keys_first else torch.einsum("bid,bjd->bij", qh, kh)
-            s = s * {"head": 1 / math.sqrt(D), "model": 1 / math.sqrt(C), "times": math.sqrt(D)}[scale]
+            s = s * {"head": 1 / math.sqrt(D), "model": 1 / math.sqrt(C), "times": math.sqrt(D), "none": 1.0,
+                     "d": 1 / D}[scale]
             if softmax_first:
-                w = torch.softmax(s, -1).masked_fill(later, 0.0)
+                w = torch.softmax(s, dim).masked_fill(later, 0.0)
+                w = w / w.sum(-1, keepdim=True) if renormalise else w
             elif causal:
-                w = torch.softmax(s.masked_fill(later, fill), -1)
+                w = torch.softmax(s.masked_fill(later, fill), dim)
             else:
-                w = torch.softmax(s, -1)
+                w = torch.softmax(s, dim)
             outs.append(w @ v[..., cols])
         cat = torch.cat(outs, dim=-1)
         if not use_W_O:
@@ -294,6 +296,26 @@ def mha_merge_no_transpose(x, W_Q, W_K, W_V, W_O, n_heads):
     B, T, C = x.shape
     q, k, v = ((x @ W).view(B, T, n_heads, C // n_heads).permute(0, 2, 1, 3) for W in (W_Q, W_K, W_V))
     return _attend(q, k, v, T).reshape(B, T, C) @ W_O
+
+
+def mha_merge_last_two(x, W_Q, W_K, W_V, W_O, n_heads):
+    B, T, C = x.shape
+    q, k, v = ((x @ W).view(B, T, n_heads, C // n_heads).transpose(1, 2) for W in (W_Q, W_K, W_V))
+    return _attend(q, k, v, T).transpose(-1, -2).reshape(B, T, C) @ W_O
+
+
+def mha_merge_batch(x, W_Q, W_K, W_V, W_O, n_heads):
+    B, T, C = x.shape
+    q, k, v = ((x @ W).view(B, T, n_heads, C // n_heads).transpose(1, 2) for W in (W_Q, W_K, W_V))
+    return _attend(q, k, v, T).transpose(0, 1).reshape(B, T, C) @ W_O
+
+
+def mha_float32(x, W_Q, W_K, W_V, W_O, n_heads):
+    """Everything in float32, cast back to the inputs' dtype at the end."""
+    B, T, C = x.shape
+    x, W_Q, W_K, W_V, W_O = (t.float() for t in (x, W_Q, W_K, W_V, W_O))
+    q, k, v = ((x @ W).view(B, T, n_heads, C // n_heads).transpose(1, 2) for W in (W_Q, W_K, W_V))
+    return (_attend(q, k, v, T).transpose(1, 2).reshape(B, T, C) @ W_O).double()
 
 
 def mha_interleaved(x, W_Q, W_K, W_V, W_O, n_heads):
@@ -391,6 +413,8 @@ NO_DIAGONAL, EVERYTHING = (lambda i, j: j < i), (lambda i, j: (i >= 0) & (j >= 0
 WRONG = [
     ("attention_by_hand", lambda: hand(scale=1.0), "unscaled scores"),
     ("attention_by_hand", lambda: hand(causal=False), "no causal mask"),
+    ("attention_by_hand", lambda: hand(scale=1 / math.sqrt(2)), "divided the scores by √d_model = √2"),
+    ("attention_by_hand", lambda: hand(scale=0.25), "divided the scores by d_k = 4"),
     ("attention_by_hand", lambda: hand(rows=False), "down the columns"),
     ("attention_by_hand", lambda: hand(values=torch.tensor([[1.0, 0], [0, 1], [1, 1]])), "averaged the rows of X"),
     ("attention_by_hand", hand_out_wrong, "weights are right but out is not"),
@@ -421,6 +445,12 @@ WRONG = [
     ("left_padded_causal_mask", padded(lambda i, j, s, n: (j <= i) & (j >= s), dtype=torch.int64),
      "return a torch.bool tensor"),
     ("left_padded_causal_mask", padded_causal_only, "output shape"),
+    ("left_padded_causal_mask", padded(lambda i, j, s, n: (j < i) & (j >= s)), "hides the diagonal"),
+    ("left_padded_causal_mask", padded(lambda i, j, s, n: ~((j <= i) & (j >= s))), "True must mean *allowed*"),
+    ("left_padded_causal_mask", padded(lambda i, j, s, n: (j <= i) & (j >= s - 1)), "must stay hidden"),
+    ("left_padded_causal_mask", padded(lambda i, j, s, n: (j <= i) & (j >= n)), "counts the REAL tokens"),
+    ("left_padded_causal_mask", lambda lengths, T: list(padded(lambda i, j, s, n: (j <= i) & (j >= s))(lengths, T)),
+     "return a torch.Tensor (torch.stack"),
     ("block_flops", flops(4, 2, 2), "multiply-adds"),
     ("block_flops", flops(proj=6), "W_O, the output projection"),
     ("block_flops", flops(proj=4), "projections: a multiply-add is 2 FLOPs"),
@@ -430,10 +460,21 @@ WRONG = [
     ("block_flops", flops(proj=5), "projections: wrong count"),
     ("block_flops", lambda T, d_model, d_ff: (8 * T * d_model ** 2, 4 * T * T * d_model, 16 * T * d_model ** 2),
      "you assumed d_ff = 4·d_model"),
+    ("block_flops", lambda T, d_model, d_ff: (8 * T * d_model ** 2, 4 * T * T * (d_model // 12),
+                                              4 * T * d_model * d_ff), "the head count cancels"),
+    ("block_flops", lambda T, d_model, d_ff: (8 * T * d_model ** 2, 4 * T * T * 64, 4 * T * d_model * d_ff),
+     "the head count cancels"),
     ("block_flops", flops(as_tuple=False), "returned an int; return a tuple of three ints"),
     ("multi_head_attention", learner_mha(use_W_O=False), "never mixed"),
     ("multi_head_attention", learner_mha(scale="model"), "not by √d_model"),
     ("multi_head_attention", learner_mha(scale="times"), "multiplied the scores by √d_head"),
+    ("multi_head_attention", learner_mha(scale="none"), "the scores are not scaled"),
+    ("multi_head_attention", learner_mha(scale="d"), "divided the scores by d_head"),
+    ("multi_head_attention", learner_mha(dim=-2), "ran over the queries"),
+    ("multi_head_attention", learner_mha(hide=0), "the diagonal must be allowed"),
+    ("multi_head_attention", mha_merge_last_two, "swapped the last two axes"),
+    ("multi_head_attention", mha_merge_batch, "swapped the batch and head axes"),
+    ("multi_head_attention", mha_float32, "computed in float32 and cast back"),
     ("multi_head_attention", mha_interleaved, "interleaved"),
     ("multi_head_attention", mha_split_no_transpose, "straight to (B, n_heads, T, d_head)"),
     ("multi_head_attention", mha_merge_no_transpose, "the merge reshapes"),
@@ -606,9 +647,22 @@ def test_hand_rounding_to_three_decimals_passes(capsys):
     assert checks.check_attention_by_hand(hand_rounded)
     assert checks.check_attention_by_hand(lambda: hand())            # float32 tensors are fine here
     assert checks.check_attention_by_hand(lambda: tuple(t.numpy().tolist() for t in hand()))
-    verdict = checks.check_attention_by_hand(lambda: tuple(t.numpy() for t in hand()))
+    assert checks.check_attention_by_hand(lambda: tuple(t.numpy() for t in hand()))   # ndarrays read like lists
+    assert checks.check_attention_by_hand(lambda: tuple(t.double().numpy() for t in hand()))
+    verdict = checks.check_attention_by_hand(lambda: tuple(t.numpy() for t in hand(scale=1.0)))
     capsys.readouterr()
-    assert not verdict and "weights is a numpy.ndarray of shape (3, 3); return a torch.Tensor" in verdict.message
+    assert not verdict and "unscaled scores" in verdict.message
+
+
+@pytest.mark.parametrize("right", [
+    learner_mha(softmax_first=True, renormalise=True),    # mask after the softmax, then renormalise (Raschka)
+    learner_mha(fill=-1e9),                               # a finite fill underflows to exp() = 0 in float64
+    learner_mha(fill=-1e5),
+])
+def test_other_right_ways_to_mask_pass(right):
+    for seed in SEEDS:
+        verdict = verdict_for("multi_head_attention", right, seed)
+        assert verdict.passed, verdict.message
 
 
 def test_previous_token_head_accepts_any_strong_enough_solution(capsys):

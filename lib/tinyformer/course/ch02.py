@@ -44,7 +44,9 @@ def buggy_attention(*, scale="sqrt", axis=-1, fill="-inf", order="mask_first", s
     order: "mask_first", or "softmax_first" (softmax over every key, then the hidden weights zeroed,
     not renormalised). scores: "QK" or "KQ" (K Qᵀ: the transposed scores). split: "contiguous",
     "interleaved" or "no_transpose" (reshape straight to (..., n_heads, T, d_head)). merge:
-    "transpose" or "no_transpose" (reshape the (..., n_heads, T, d_head) heads straight back).
+    "transpose", "no_transpose" (reshape the (..., n_heads, T, d_head) heads straight back), "last_two"
+    (transpose(-1, -2): T and d_head swapped, then reshaped) or "batch" (transpose(0, 1): batch and
+    heads swapped, then reshaped).
     same_slice: every head uses head 0's slice. mask: "causal", "strict" (hides the diagonal) or
     "none". values: "V" or "X" (the inputs used as values). transpose_W: x @ W.T for every matrix.
     use_W_O: multiply by W_O. single_head: one head of width d_model. return_weights: return
@@ -70,6 +72,10 @@ def buggy_attention(*, scale="sqrt", axis=-1, fill="-inf", order="mask_first", s
         *lead, H, T, D = t.shape
         if merge == "no_transpose":
             return t.reshape(*lead, T, H * D)
+        if merge == "last_two":
+            return t.transpose(-1, -2).reshape(*lead, T, H * D)
+        if merge == "batch":
+            return t.transpose(-4, -3).reshape(*lead, T, H * D)
         if split == "interleaved":
             return t.movedim(-3, -1).reshape(*lead, T, H * D)
         return t.transpose(-3, -2).reshape(*lead, T, H * D)
@@ -168,6 +174,9 @@ register(Exercise(
     mistakes=[
         (_by_hand(scale="none"), "these are the weights of unscaled scores: divide q·k by √d_k = √4 = 2 "
                                  "before the softmax."),
+        (_by_hand(scale="sqrt_d_model"), "you divided the scores by √d_model = √2; the scale is √d_k = √4 = 2, "
+                                         "the width of the queries and keys."),
+        (_by_hand(scale="d"), "you divided the scores by d_k = 4; divide by its square root, √d_k = 2."),
         (_by_hand(mask="none"), "no causal mask: query i sees keys 0..i only, so row 0 puts all its weight "
                                 "on token 0; set the later keys' scores to -∞ before the softmax."),
         (_by_hand(axis=-2), "the softmax ran down the columns: each ROW (one query) must sum to 1, so "
@@ -351,6 +360,17 @@ register(Exercise(
         (_padding_variant(lambda i, j, s, n: (j <= i) & (i >= s)),
          "the padding is applied to the queries (rows, i) instead of the keys (columns, j): it is the padded "
          "KEYS that no query may attend to."),
+        (_padding_variant(lambda i, j, s, n: (j >= s - 1) & (j <= i)),
+         "off by one: the first real token is at position T - lengths[b], so the pad just before it, "
+         "T - lengths[b] - 1, must stay hidden: keep j >= T - lengths[b]."),
+        (_padding_variant(lambda i, j, s, n: (j < i) & (j >= s)),
+         "your mask hides the diagonal (j < i): a token must be allowed to attend to itself, so keep j <= i; "
+         "otherwise the first real token sees nothing and its softmax is 0/0 = NaN."),
+        (_padding_variant(lambda i, j, s, n: ~((j <= i) & (j >= s))),
+         "True must mean *allowed*: you marked the hidden positions (later keys and padding); invert it."),
+        (_padding_variant(lambda i, j, s, n: (j <= i) & (j >= n)),
+         "lengths[b] counts the REAL tokens, not the pads: sequence b has T - lengths[b] pads, so key j is real "
+         "when j >= T - lengths[b]."),
         (lambda lengths, T: _padded_mask(lengths, T)[:, None],
          "return (B, T, T); add the head axis with mask[:, None] where you use it."),
     ],
@@ -388,6 +408,16 @@ FLOPS_QK_ONLY = ("attention: count both products, QKᵀ and weights @ V (2·T²�
                  "does not reduce the count: the full matrices are multiplied.")
 FLOPS_ONE_FFN = "feed_forward: there are two matmuls, d_model → d_ff and d_ff → d_model."
 FLOPS_FOUR_D = "feed_forward: you assumed d_ff = 4·d_model; use the d_ff you are given."
+FLOPS_PER_HEAD = ("attention: you counted one head (a fraction of 4·T²·d_model); count all of them: n_heads heads "
+                  "of 4·T²·d_head each make 4·T²·d_model, so the head count cancels.")
+
+
+def _per_head(T: int, d: int, got) -> bool:
+    """Is ``got`` 4·T²·d_model / k for a whole k from 3 to 64 (a count for one head of k)? k = 2 is
+    QKᵀ alone, named by its own hint."""
+    full = 4 * T * T * d
+    return type(got) in (int, float) and 0 < got < full and any(
+        math.isclose(got * k, full, rel_tol=1e-12) for k in range(3, 65))
 
 
 def _diagnose_flops(cases, outputs, refs):
@@ -397,7 +427,8 @@ def _diagnose_flops(cases, outputs, refs):
         parts = []
         for name, got, want, wrong in zip(("projections", "attention", "feed_forward"), out, ref, known):
             if got != want:
-                parts.append(wrong.get(got, f"{name}: wrong count."))
+                per_head = name == "attention" and got not in wrong and _per_head(T, d, got)
+                parts.append(FLOPS_PER_HEAD if per_head else wrong.get(got, f"{name}: wrong count."))
         if parts:
             return f"wrong output. Hint: {' '.join(parts)}"
     return None
@@ -411,7 +442,7 @@ register(Exercise(
     mistakes=[(lambda T, d, f: tuple(n // 2 for n in block_flops_reference(T, d, f)),
                "every count is half the right one: you counted multiply-adds; a multiply-add is 2 FLOPs.")],
     diagnose=_diagnose_flops,
-    diagnose_hints=(FLOPS_NO_WO, FLOPS_PROJ_MAC, FLOPS_QK_ONLY, FLOPS_ONE_FFN, FLOPS_FOUR_D),
+    diagnose_hints=(FLOPS_NO_WO, FLOPS_PROJ_MAC, FLOPS_QK_ONLY, FLOPS_ONE_FFN, FLOPS_FOUR_D, FLOPS_PER_HEAD),
     generic_hint="a (m, k) @ (k, n) product costs 2·m·k·n FLOPs; list every product of the block with its shapes.",
 ))
 
@@ -444,6 +475,14 @@ register(Exercise(
         (_mha(scale="sqrt_d_model"), "each head's scores must be divided by √d_head = √(d_model / n_heads), "
                                      "not by √d_model."),
         (_mha(scale="times_sqrt"), "you multiplied the scores by √d_head; divide by it."),
+        (_mha(scale="none"), "the scores are not scaled: divide each head's Q Kᵀ by √d_head, "
+                             "d_head = d_model // n_heads."),
+        (_mha(scale="d"), "you divided the scores by d_head; divide by its square root, √d_head."),
+        (_mha(axis=-2), "the softmax ran over the queries (dim=-2): each query's row of weights must sum to 1, "
+                        "so take the softmax over the keys, dim=-1."),
+        (_mha(mask="strict"), "your mask hides the diagonal (tril(-1), triu(0) or j < i): the diagonal must be "
+                              "allowed, since a token attends to itself; otherwise the first row is all -inf and "
+                              "its softmax is NaN."),
         (_mha(split="interleaved"), "the heads are interleaved: head h owns the contiguous features "
                                     "h·d_head:(h+1)·d_head, so reshape to (B, T, n_heads, d_head), then move "
                                     "the head axis."),
@@ -452,6 +491,12 @@ register(Exercise(
          "(B, T, n_heads, d_head), then transpose(1, 2); undo both to merge."),
         (_mha(merge="no_transpose"), "the split is right, but the merge reshapes (B, n_heads, T, d_head) "
                                      "straight to (B, T, d_model): transpose(1, 2) back first."),
+        (_mha(merge="last_two"), "the merge swapped the last two axes (transpose(-1, -2) swaps T and d_head): "
+                                 "the heads are (B, n_heads, T, d_head), so transpose(1, 2) to (B, T, n_heads, "
+                                 "d_head), then reshape."),
+        (_mha(merge="batch"), "the merge swapped the batch and head axes (transpose(0, 1)): the heads are "
+                              "(B, n_heads, T, d_head), so transpose(1, 2) to (B, T, n_heads, d_head), then "
+                              "reshape."),
         (_mha(same_slice=True), "every head uses the same slice of Q, K and V: head h takes features "
                                 "h·d_head to (h+1)·d_head."),
         (_mha(scores="KQ"), "the scores are K Qᵀ, transposed: entry (i, j) must be q_i·k_j (query i, key j), "

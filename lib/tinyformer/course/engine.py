@@ -165,9 +165,16 @@ def portable(obj, depth: int = 0):
             return next(t(obj) for t in (bool, int, float, str) if isinstance(obj, t))
         if type(obj).__module__ == "numpy" and getattr(obj, "ndim", None) == 0:
             return portable(obj.item(), depth)                 # a numpy scalar, e.g. numpy.int64
+        if _numeric_ndarray(obj):                              # described, its numbers kept for accept_lists
+            return {**_foreign(obj, describe(obj)), "values": torch.tensor(obj.tolist(), dtype=torch.float64)}
     except Exception:  # noqa: BLE001 - an object that misbehaves when read is described instead
         return _foreign(obj, f"{_a(_type_name(obj))} that could not be read")
     return _foreign(obj, describe(obj))
+
+
+def _numeric_ndarray(obj) -> bool:
+    return (type(obj).__module__ == "numpy" and type(obj).__name__ == "ndarray"
+            and obj.dtype.kind in "iuf" and 0 < obj.ndim <= _MAX_DEPTH and obj.size <= _MAX_ITEMS)
 
 
 def _foreign(obj, about: str) -> dict:
@@ -300,11 +307,16 @@ def _read(out, ref, ex: Exercise, what: str | None = None):
 def _read_tensor(out, ref: torch.Tensor, ex: Exercise, what: str | None, said: str) -> torch.Tensor:
     if isinstance(out, list) and ex.accept_lists:
         out = _list_to_tensor(out, what or "the result")
+    if isinstance(out, dict) and isinstance(out.get("values"), torch.Tensor) and ex.accept_lists:
+        out = out["values"]                                    # a numeric numpy array, read like a list
     if not isinstance(out, torch.Tensor):
         if out is None:
             raise _Unfit(f"{said} None; did you forget the `return` line?")
-        if isinstance(out, (tuple, list)) and what is None:
+        if isinstance(out, tuple) and what is None:
             raise _Unfit(f"{said} {describe(out)}; return only {ex.returns}")
+        if isinstance(out, list) and out and all(isinstance(o, torch.Tensor) for o in out):
+            raise _Unfit(f"{said} {describe(out)}; return a torch.Tensor (torch.stack makes one tensor of a "
+                         f"list of tensors)")
         raise _Unfit(f"{said} {describe(out)}; return a torch.Tensor")
     subject = "your function returned" if what is None else f"{what} has"
     if ex.exact_dtype and out.dtype != ref.dtype:
@@ -432,12 +444,34 @@ def _explain(ex: Exercise, cases: list[tuple], read: list, refs: list) -> str:
     text = ex.diagnose(cases, read, refs) if ex.diagnose is not None else None
     if text:
         return text
+    if ex.exact_dtype and _float32_round_trip(read, refs):
+        return (f"wrong values: every value is a float32 number, so your function computed in float32 and cast "
+                f"back. Hint: {FLOAT32_HINT}")
     for out, ref in zip(read, refs):
         for o, r in zip(_leaves(out), _leaves(ref)):
             if (isinstance(o, torch.Tensor) and o.is_floating_point() and not torch.isfinite(o).all()
                     and torch.isfinite(r).all()):
                 return f"the output contains NaN or inf where the reference is finite. Hint: {ex.generic_hint}"
     return f"wrong values. Hint: {ex.generic_hint}"
+
+
+FLOAT32_HINT = ("keep the inputs' float64 dtype throughout — avoid .float() and torch.float32, and create new "
+                "tensors with dtype=x.dtype; float32 is off by ~1e-7, far outside the tolerance.")
+
+
+def _float32_round_trip(read: list, refs: list) -> bool:
+    """Are all the float64 outputs float32 numbers (while the reference's are not)? A float64
+    computation lands on a float32 number by chance about once in 2**29 values, so on a few dozen
+    values this is a deterministic sign of a float32 computation cast back to float64."""
+    outs = [o for out in read for o in _leaves(out) if isinstance(o, torch.Tensor) and o.dtype == torch.float64]
+    rs = [r for ref in refs for r in _leaves(ref) if isinstance(r, torch.Tensor) and r.dtype == torch.float64]
+
+    def float32_numbers(ts):
+        vals = torch.cat([t.reshape(-1) for t in ts]) if ts else torch.zeros(0, dtype=torch.float64)
+        vals = vals[torch.isfinite(vals) & (vals != 0)]
+        return vals.numel() >= 8 and bool((vals.float().double() == vals).all())
+
+    return float32_numbers(outs) and not float32_numbers(rs)
 
 
 def _judge_error(ex: Exercise, cases: list[tuple], outcome: Outcome) -> Verdict:
