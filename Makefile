@@ -2,13 +2,15 @@
 # make book · make test · make execute · make student · make grade DIR=folder · make bench
 
 PYTHON ?= python3
+# pip index for torch alone, e.g. https://download.pytorch.org/whl/cpu for the CPU build on Linux
+TORCH_INDEX ?=
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DIR    ?= student
 BOOK_NOTEBOOKS := $(sort $(wildcard book/[0-9][0-9]-*.ipynb))
 
-.PHONY: install book test lint pytest nbval sync claims build html execute student grade bench clean
+.PHONY: install book test lint pytest nbval sync claims build html execute student grade bench clean browser readers
 
 install: $(STAMP)
 
@@ -17,7 +19,7 @@ install: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$$(grep -E '^torch==' requirements.txt)"
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$$(grep -E '^torch==' requirements.txt)"
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
@@ -25,11 +27,11 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: $(STAMP) lint pytest nbval sync claims build html
+test: $(STAMP) lint pytest nbval sync claims readers build html browser
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check lib tests tools benchmarks
+	$(VENV)/bin/ruff check lib tests tools benchmarks _ext
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest tests
@@ -44,10 +46,19 @@ sync: $(STAMP)
 claims: $(STAMP)
 	$(PY) tools/claims.py check
 
+# the reader notebooks under notebooks/ are fresh, free of MyST, and number things as the website does
+readers: $(STAMP)
+	$(PY) tools/nb.py check-readers
+
 build: book
 
 html: $(STAMP)
 	$(PY) tools/check_html.py
+	$(PY) tools/nb.py check-readers --html _build/html
+
+# the built pages in headless Chromium at desktop and phone widths (Debian's chromium and chromium-driver)
+browser: $(STAMP)
+	$(PY) tools/browser_check.py
 
 execute: $(STAMP)
 	$(PY) tools/nb.py execute

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 import yaml
 
+import tinyformer
 from tinyformer import checks
 from tinyformer.setup import bootstrap_cell
 from tinyformer.student import exercise_name
@@ -41,9 +42,27 @@ def test_first_code_cell_is_the_bootstrap(path):
     assert "remove-cell" in ipynb.metadata.get("tags", [])  # hidden in the book
 
 
-def test_bootstrap_names_the_configured_repository():
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_reader_notebooks_start_with_the_bootstrap(path):
+    """What the website's Colab and Binder links open (notebooks/, and notebooks/exercises/ for a
+    chapter with exercises) exists and installs the library first, as the chapter does."""
+    expected = bootstrap_cell(CONFIG["repository"]["url"])
+    readers = [ROOT / "notebooks" / path.name]
+    if "{exercise" in path.with_suffix(".md").read_text():
+        readers.append(ROOT / "notebooks" / "exercises" / path.name)
+    for reader in readers:
+        assert reader.exists(), f"{reader.relative_to(ROOT)} is missing: the launch links lead nowhere"
+        assert _first_code(nbformat.read(reader, as_version=4).cells).source == expected, reader
+
+
+def test_bootstrap_installs_the_configured_repository_at_the_library_version():
+    """_config.yml names the repository, tinyformer.__version__ the release (git tag v{version})."""
     url = CONFIG["repository"]["url"]
-    assert url.startswith("https://") and f"git+{url}" in bootstrap_cell(url)
+    cell = bootstrap_cell(url)
+    assert url.startswith("https://github.com/")
+    assert f'"tinyformer @ git+{url}@v{tinyformer.__version__}"' in cell
+    assert f'!= "{tinyformer.__version__}"' in cell  # and checks that this version imports
+    assert max(len(line) for line in cell.splitlines()) <= 79  # readable in Colab
 
 
 def test_toc_lists_every_chapter_once():
@@ -59,6 +78,8 @@ def test_launch_buttons_are_configured():
     assert CONFIG["launch_buttons"]["colab_url"].startswith("https://colab.research.google.com")
     assert CONFIG["html"]["use_repository_button"] and CONFIG["html"]["use_download_button"]
     assert CONFIG["execute"]["execute_notebooks"] == "off"
+    # the extension that points the buttons at notebooks/ (tests/test_launch.py tests it)
+    assert CONFIG["sphinx"]["local_extensions"]["launch"] == "_ext"
 
 
 def test_pairs_are_in_sync():

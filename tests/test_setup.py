@@ -3,15 +3,23 @@ Colab bootstrap cell."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import random
+import re
+import shlex
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
-from IPython.core.inputtransformer2 import TransformerManager
+from IPython.core.interactiveshell import InteractiveShell
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from traitlets.config import Config
 
 import tinyformer
 import tinyformer.setup as tsetup
@@ -291,58 +299,135 @@ def test_glue_returns_value(monkeypatch, value, has_myst_nb):
 
 
 # --------------------------------------------------------------------------------------------
-# bootstrap_cell
+# bootstrap_cell: the first cell of every notebook, run here in a real IPython shell whose
+# %pip magic is replaced by a recorder (nothing is installed)
 # --------------------------------------------------------------------------------------------
 
 URL = "https://github.com/example-org/tinyformer-book"
 
 
-def test_bootstrap_cell_text():
-    cell = bootstrap_cell(URL)
-    assert URL in cell
-    install = [line for line in cell.splitlines() if "pip install" in line]
-    assert len(install) == 1
-    line = install[0]
-    assert "--no-deps" in line  # must not reinstall Colab's torch
-    assert f"git+{URL}" in line
-    assert "tinyformer" in line
-    # the install line is indented, and the closest unindented line above it is the Colab test
-    lines = cell.splitlines()
-    i = lines.index(line)
-    assert line.startswith((" ", "\t"))
-    guard = next(ln for ln in reversed(lines[:i]) if ln and not ln[0].isspace())
-    assert guard.strip() == 'if "google.colab" in sys.modules:'
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    """An IPython shell (no history file) whose %pip only records its expanded argument line."""
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
+    config = Config()
+    config.HistoryManager.enabled = False
+    sh = InteractiveShell(config=config)
+    sh.pip_calls = []
+    sh.register_magic_function(sh.pip_calls.append, "line", "pip")
+    # `!pip` or `%%bash` would go through these; the bootstrap must use neither
+    monkeypatch.setattr(sh, "system", lambda cmd: pytest.fail(f"shell command run: {cmd}"))
+    return sh
 
 
-@pytest.mark.parametrize("in_colab", [False, True])
-def test_bootstrap_cell_runs_pip_only_in_colab(monkeypatch, in_colab):
-    """Transform the cell as IPython would, run it with a fake IPython, record magics."""
-    python = TransformerManager().transform_cell(bootstrap_cell(URL))
-    calls = []
-
-    class FakeShell:
-        def run_line_magic(self, name, line):
-            calls.append((name, line))
-
-        def run_cell_magic(self, name, line, cell):  # pragma: no cover - must not happen
-            calls.append((name, line, cell))
-
-        def system(self, cmd):  # pragma: no cover - `!pip` must not be used either
-            calls.append(("system", cmd))
-
-    if in_colab:
+def in_colab(monkeypatch, colab: bool):
+    if colab:
         monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     else:
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    namespace = {"get_ipython": lambda: FakeShell()}
-    exec(compile(python, "<bootstrap>", "exec"), namespace)
 
-    if in_colab:
-        assert len(calls) == 1
-        name, line = calls[0]
-        assert name == "pip"
-        assert line.split()[0] == "install"
-        assert "--no-deps" in line.split()
-        assert f"git+{URL}" in line
-    else:
-        assert calls == []
+
+def run(shell, source):
+    result = shell.run_cell(source, store_history=False, silent=True)
+    return result.error_in_exec or result.error_before_exec
+
+
+def test_bootstrap_default_version_is_the_library_version():
+    """One place names the version: tinyformer.__version__, which the package metadata reads too."""
+    assert bootstrap_cell(URL) == bootstrap_cell(URL, tinyformer.__version__)
+    assert importlib.metadata.version("tinyformer") == tinyformer.__version__
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tinyformer.__version__"}
+
+
+@pytest.mark.parametrize("version", ["0.1.0", "2.13.1rc1"])
+def test_bootstrap_cell_text(version):
+    cell = bootstrap_cell(URL, version)
+    lines = cell.splitlines()
+    assert len(lines) <= 20  # short: it opens every notebook
+    assert all(len(line) <= 79 for line in lines if URL not in line)  # the URL's length is the repo's
+    assert "--no-deps" not in cell  # pip must add the dependencies Colab lacks (and keep the rest)
+    assert not re.search(r"--upgrade|\s-U\b|--force-reinstall|--ignore-installed", cell)
+    assert cell.count("%pip install") == 1 and "!pip" not in cell
+    # the Colab test guards everything below it
+    body = lines[lines.index('if "google.colab" in sys.modules:') + 1:]
+    assert body and all(line.startswith("    ") for line in body)
+    assert f'git+{URL}@v{version}"' in cell
+
+
+def test_bootstrap_pins_are_satisfied_by_our_own_pins():
+    """pip keeps an installed torch that satisfies the library's bound: no bound may exclude a newer
+    release (Colab's), nor the versions this book pins."""
+    root = Path(__file__).resolve().parents[1]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = dict(line.strip().split("==") for line in (root / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    pins = {canonicalize_name(k): v for k, v in pins.items()}
+    assert {canonicalize_name(Requirement(d).name) for d in deps} >= {"torch", "numpy", "matplotlib", "tqdm"}
+    for dep in map(Requirement, deps):
+        assert not dep.url and dep.marker is None, dep
+        assert dep.specifier.contains(pins[canonicalize_name(dep.name)]), (dep, "excludes our pin")
+        assert dep.specifier.contains("999.0"), (dep, "has an upper bound: pip would replace Colab's copy")
+
+
+@pytest.mark.parametrize("colab", [False, True], ids=["elsewhere", "colab"])
+def test_bootstrap_installs_the_pinned_version_only_in_colab(shell, monkeypatch, colab):
+    in_colab(monkeypatch, colab)
+    error = run(shell, bootstrap_cell(URL))
+    assert error is None
+    if not colab:
+        assert shell.pip_calls == [] and "pin" not in shell.user_ns and "tinyformer" not in shell.user_ns
+        return
+    assert len(shell.pip_calls) == 1
+    args = shlex.split(shell.pip_calls[0])  # as IPython's %pip splits them, after expanding {pin}
+    assert args[0] == "install" and set(args[1:-1]) <= {"--quiet", "-q"}
+    req = Requirement(args[-1])
+    assert req.name == "tinyformer" and req.url == f"git+{URL}@v{tinyformer.__version__}"
+    assert shell.user_ns["tinyformer"] is tinyformer  # the check imported the library
+
+
+def _fake_tinyformer(version):
+    module = types.ModuleType("tinyformer")
+    module.__version__ = version
+    return module
+
+
+@pytest.mark.parametrize(
+    "installed",
+    [None, _fake_tinyformer("0.0.1"), types.ModuleType("tinyformer")],
+    ids=["import-fails", "other-version", "no-version"],
+)
+def test_bootstrap_stops_when_the_install_failed(shell, monkeypatch, installed):
+    """pip's failure does not raise in a notebook; the cell's own check must, with a clear message."""
+    in_colab(monkeypatch, True)
+    monkeypatch.setitem(sys.modules, "tinyformer", installed)  # None: `import tinyformer` fails
+    error = run(shell, bootstrap_cell(URL, "0.1.0"))
+    assert isinstance(error, ImportError)
+    message = str(error)
+    assert "tinyformer 0.1.0 did not install" in message and "run this cell again" in message
+
+
+def test_bootstrap_check_does_not_hide_later_errors(shell, monkeypatch):
+    """A working install lets the next cell run; the names the cell leaves behind are few."""
+    in_colab(monkeypatch, True)
+    assert run(shell, bootstrap_cell(URL)) is None
+    assert run(shell, "from tinyformer import seed_everything") is None
+    assert {"pin", "tinyformer"} <= set(shell.user_ns)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"url": 3}, TypeError, "url"),
+        ({"url": "github.com/x/y"}, ValueError, "url"),
+        ({"url": "https://github.com/x/y@main"}, ValueError, "url"),
+        ({"url": 'https://github.com/x/y"'}, ValueError, "url"),
+        ({"url": URL, "version": 1.0}, TypeError, "version"),
+        ({"url": URL, "version": "v0.1.0"}, ValueError, "version"),
+        ({"url": URL, "version": ""}, ValueError, "version"),
+    ],
+)
+def test_bootstrap_cell_rejects_bad_arguments(kwargs, error, name):
+    with pytest.raises(error, match=rf"^{name} must"):
+        bootstrap_cell(**kwargs)

@@ -106,9 +106,19 @@ def test_malformed_solutions_are_refused(cells, message):
 
 
 def test_exercise_directive_becomes_heading():
-    md = "Text.\n\n:::{exercise} 2.9 · Title\n:label: ex-x\n\nDo it.\n:::\n\nMore."
+    md = "Text.\n\n:::{exercise} 2.9 · Title\n:label: ex-x\n:nonumber:\n\nDo it.\n:::\n\nMore."
     out = make_student(_nb(nbformat.v4.new_markdown_cell(md))).cells[0].source
     assert out == "Text.\n\n### Exercise 2.9 · Title\n\nDo it.\n\nMore."
+    # without :nonumber: sphinx-exercise numbers the exercise on the page, and so does the heading
+    md = ":::{exercise} Title\n:label: ex-y\n\nDo it.\n:::"
+    out = make_student(_nb(nbformat.v4.new_markdown_cell(md))).cells[0].source
+    assert out == "### Exercise 1 · Title\n\nDo it."
+
+
+def test_student_notebook_names_its_chapter_and_exercises():
+    nb = _nb(_code("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION", "exercise-f"),
+             _code("def g():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION", "exercise-g"))
+    assert make_student(nb, "05-demo").metadata["tinyformer"] == {"chapter": "05-demo", "exercises": ["f", "g"]}
 
 
 def test_stub_names_the_function_the_reader_writes():

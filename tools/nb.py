@@ -5,6 +5,12 @@
                                                       (byte-identical on re-execution), record
                                                       the run time in book/timings.json
     python tools/nb.py check-sync                      fail if any .md/.ipynb pair disagrees
+    python tools/nb.py readers                         write the reader notebooks (notebooks/) and
+                                                      the exercise notebooks (notebooks/exercises/)
+    python tools/nb.py check-readers [--html DIR]      fail if a generated notebook is missing, stale
+                                                      or holds MyST syntax; with --html (the built
+                                                      website, _build/html) also if a figure or
+                                                      equation number differs from the website's
 
 Chapters run in their own directory (book/) on the CPU; the Preface runs last because it
 quotes the other chapters' run times.
@@ -100,14 +106,47 @@ def run_execute(paths: list[str]) -> int:
     return 0
 
 
+def readers() -> int:
+    from tinyformer.course.reader import ReaderError, write_readers
+
+    try:
+        written = write_readers(ROOT)
+    except ReaderError as err:
+        print(f"readers: {err}")
+        return 1
+    for path in written:
+        print(f"wrote {path.relative_to(ROOT)}")
+    print(f"readers: {len(written)} notebook(s) written")
+    return 0
+
+
+def check_readers(html: str | None = None) -> int:
+    from tinyformer.course.reader import check_readers as problems_in
+
+    problems = problems_in(ROOT, Path(html) if html else None)
+    for line in problems:
+        print(line)
+    print(f"check-readers: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("execute")
     ex.add_argument("paths", nargs="*")
     sub.add_parser("check-sync")
+    sub.add_parser("readers")
+    cr = sub.add_parser("check-readers")
+    cr.add_argument("--html", help="the built website (_build/html): compare figure and equation numbers")
     a = ap.parse_args(argv)
-    return run_execute(a.paths) if a.cmd == "execute" else check_sync()
+    if a.cmd == "execute":
+        return run_execute(a.paths) or readers()
+    if a.cmd == "readers":
+        return readers()
+    if a.cmd == "check-readers":
+        return check_readers(a.html)
+    return check_sync()
 
 
 if __name__ == "__main__":

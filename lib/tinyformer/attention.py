@@ -1,10 +1,12 @@
 """Chapter 2: attention.
 
-Shapes follow the book: ``(B, T, d_model)`` for a batch of ``B`` sequences of ``T`` tokens with
-``d_model`` features each; a layer with ``n_heads`` heads gives each head ``d_head = d_model //
-n_heads`` of them. Vectors are rows, so a projection is ``x @ W`` (as in PyTorch). A boolean mask is
-``True`` where attention is allowed; the attention ``weights`` have shape ``(..., T_q, T_k)``.
-Every mask is built on the device of the input, so the same code runs on a CPU and a GPU.
+Shapes follow the book: ``(B, T, d_model)`` for a batch of ``B`` sequences
+of ``T`` tokens with ``d_model`` features each; a layer with ``n_heads``
+heads gives each head ``d_head = d_model // n_heads`` of them. Vectors are
+rows, so a projection is ``x @ W`` (as in PyTorch). A boolean mask is
+``True`` where attention is allowed; the attention ``weights`` have shape
+``(..., T_q, T_k)``. Every mask is built on the device of the input, so the
+same code runs on a CPU and a GPU.
 """
 
 from __future__ import annotations
@@ -19,21 +21,28 @@ from tinyformer.setup import check_int
 
 
 def _require_tensor(name: str, t, min_rank: int) -> None:
-    """A floating-point tensor with at least ``min_rank`` dimensions, or an error naming ``name``."""
+    """A floating-point tensor with at least ``min_rank`` dimensions, or an
+    error naming ``name``."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, "
+                        f"got {type(t).__name__}")
     if t.dim() < min_rank:
-        raise ValueError(f"{name} must have at least {min_rank} dimensions, got shape {tuple(t.shape)}")
+        raise ValueError(f"{name} must have at least {min_rank} dimensions, "
+                         f"got shape {tuple(t.shape)}")
     if not t.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+        raise TypeError(f"{name} must be a floating-point tensor, "
+                        f"got dtype {t.dtype}")
 
 
 def _require_matrix(name: str, W, rows: int, cols: int | None = None) -> None:
-    """A floating-point ``(rows, cols)`` matrix (any number of columns if ``cols`` is None)."""
+    """A floating-point ``(rows, cols)`` matrix (any number of columns if
+    ``cols`` is None)."""
     _require_tensor(name, W, 2)
-    if W.dim() != 2 or W.shape[0] != rows or (cols is not None and W.shape[1] != cols):
+    if (W.dim() != 2 or W.shape[0] != rows
+            or (cols is not None and W.shape[1] != cols)):
         want = f"({rows}, {'n' if cols is None else cols})"
-        raise ValueError(f"{name} must be a {want} matrix, where {rows} is the width d_model of x, "
+        raise ValueError(f"{name} must be a {want} matrix, where {rows} is "
+                         f"the width d_model of x, "
                          f"got shape {tuple(W.shape)}")
 
 
@@ -41,159 +50,200 @@ def _check_scale(scale) -> float | None:
     """``None`` (meaning 1/√d_k) or a finite real number."""
     if scale is None:
         return None
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
-        raise TypeError(f"scale must be None or a finite real number, got {scale!r}")
+    if (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
+            or not math.isfinite(scale)):
+        raise TypeError(f"scale must be None or a finite real number, "
+                        f"got {scale!r}")
     return float(scale)
 
 
 def _check_mask(mask, shape, device: torch.device) -> None:
-    """Raise unless ``mask`` is a boolean tensor on ``device`` that broadcasts to ``shape``, the
-    shape of the attention weights. It runs before a mask is combined with another, so that the
-    error names the caller's ``mask`` rather than failing inside the combination."""
+    """Raise unless ``mask`` is a boolean tensor on ``device`` that
+    broadcasts to ``shape``, the shape of the attention weights. It runs
+    before a mask is combined with another, so that the error names the
+    caller's ``mask`` rather than failing inside the combination."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise TypeError(f"mask must be a boolean tensor (True where attention is allowed), got {got}")
+        got = (mask.dtype if isinstance(mask, torch.Tensor)
+               else type(mask).__name__)
+        raise TypeError(f"mask must be a boolean tensor (True where "
+                        f"attention is allowed), got {got}")
     if mask.device != device:
-        raise ValueError(f"mask is on device {mask.device}, but the queries and keys are on {device}")
+        raise ValueError(f"mask is on device {mask.device}, but the queries "
+                         f"and keys are on {device}")
     try:
         torch.broadcast_shapes(mask.shape, tuple(shape))
     except RuntimeError:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the attention "
-                         f"weights' shape {tuple(shape)}") from None
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not "
+                         f"broadcast to the attention weights' shape "
+                         f"{tuple(shape)}") from None
 
 
 def softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """A numerically stable softmax: subtracting the maximum leaves the result unchanged
-    (it cancels between numerator and denominator) but keeps ``exp`` from overflowing."""
+    """A numerically stable softmax: subtracting the maximum leaves the
+    result unchanged (it cancels between numerator and denominator) but
+    keeps ``exp`` from overflowing."""
     shifted = scores - scores.amax(dim=dim, keepdim=True)
     e = shifted.exp()
     return e / e.sum(dim=dim, keepdim=True)
 
 
 def causal_mask(T: int, device=None) -> torch.Tensor:
-    """``(T, T)`` boolean mask, ``True`` on and below the diagonal: token ``i`` may attend to
-    tokens ``0..i`` (itself included) and never to a later one."""
+    """``(T, T)`` boolean mask, ``True`` on and below the diagonal: token
+    ``i`` may attend to tokens ``0..i`` (itself included) and never to a
+    later one."""
     T = check_int("T", T)
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
 def simple_attention(x: torch.Tensor) -> torch.Tensor:
-    """Parameter-free causal self-attention: ``y_i = sum_{j<=i} softmax_j(x_i . x_j) x_j``.
+    """Parameter-free causal self-attention:
+    ``y_i = sum_{j<=i} softmax_j(x_i . x_j) x_j``.
 
-    ``x`` is ``(..., T, d_model)``; the output has the same shape. There are no weights: every
-    token is its own query, key and value, and scores are not scaled.
+    ``x`` is ``(..., T, d_model)``; the output has the same shape. There
+    are no weights: every token is its own query, key and value, and
+    scores are not scaled.
     """
     _require_tensor("x", x, 2)
     T = x.shape[-2]
-    scores = x @ x.transpose(-2, -1)                                   # (..., T, T)
-    scores = scores.masked_fill(~causal_mask(T, x.device), float("-inf"))
-    return softmax(scores, dim=-1) @ x                                  # (..., T, d_model)
+    scores = x @ x.transpose(-2, -1)                  # (..., T, T)
+    allowed = causal_mask(T, x.device)                # (T, T)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return softmax(scores, dim=-1) @ x                # (..., T, d_model)
 
 
 def _check_qkv(q, k, v) -> None:
-    """q ``(..., T_q, d_k)``, k ``(..., T_k, d_k)``, v ``(..., T_k, d_v)``, leading dims broadcasting."""
+    """q ``(..., T_q, d_k)``, k ``(..., T_k, d_k)``, v ``(..., T_k, d_v)``,
+    leading dims broadcasting."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _require_tensor(name, t, 2)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share their last dimension d_k, "
                          f"got q {tuple(q.shape)} and k {tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same number of positions T_k, "
-                         f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
+        raise ValueError(f"k and v must have the same number of positions "
+                         f"T_k, got k {tuple(k.shape)} and "
+                         f"v {tuple(v.shape)}")
     try:
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
-        raise ValueError(f"the leading (batch) dimensions of q, k and v must broadcast, got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}") from None
+        raise ValueError(f"the leading (batch) dimensions of q, k and v "
+                         f"must broadcast, got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}") from None
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
-    """``softmax(mask(q kᵀ · scale)) v``, returning ``(out, weights)``; ``scale`` defaults to 1/√d_k.
+    """``softmax(mask(q kᵀ · scale)) v``, returning ``(out, weights)``;
+    ``scale`` defaults to 1/√d_k.
 
-    q: ``(..., T_q, d_k)``; k: ``(..., T_k, d_k)``; v: ``(..., T_k, d_v)``; leading dimensions
-    broadcast. ``mask`` is boolean, ``True`` where attention is allowed, and broadcasts to
-    ``(..., T_q, T_k)``. Returns ``out`` ``(..., T_q, d_v)`` and ``weights`` ``(..., T_q, T_k)``.
-    A query row with no allowed key gets zero weights and a zero output (as in
-    ``torch.nn.functional.scaled_dot_product_attention``); every other row of weights sums to 1.
+    q: ``(..., T_q, d_k)``; k: ``(..., T_k, d_k)``; v: ``(..., T_k, d_v)``;
+    leading dimensions broadcast. ``mask`` is boolean, ``True`` where
+    attention is allowed, and broadcasts to ``(..., T_q, T_k)``. Returns
+    ``out`` ``(..., T_q, d_v)`` and ``weights`` ``(..., T_q, T_k)``.
+    A query row with no allowed key gets zero weights and a zero output
+    (as in ``torch.nn.functional.scaled_dot_product_attention``); every
+    other row of weights sums to 1.
     """
     _check_qkv(q, k, v)
     scale = _check_scale(scale)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = q @ k.transpose(-2, -1) * scale                            # (..., T_q, T_k)
+    if scale is None:
+        scale = 1 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale          # (..., T_q, T_k)
     if mask is None:
         weights = softmax(scores, dim=-1)
     else:
         _check_mask(mask, scores.shape, scores.device)
-        empty = ~mask.any(dim=-1, keepdim=True)                         # rows with no allowed key
-        # -inf gives masked keys exactly zero weight. An empty row would be all -inf, whose softmax
-        # is 0/0 = NaN (and NaN gradients), so it gets harmless scores of 0 and then zero weights.
-        scores = scores.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
+        empty = ~mask.any(dim=-1, keepdim=True)       # (..., T_q, 1): no key
+        # -inf gives masked keys exactly zero weight. An empty row would
+        # be all -inf, whose softmax is 0/0 = NaN (and NaN gradients), so
+        # it gets harmless scores of 0 and then zero weights.
+        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(empty, 0.0)
         weights = softmax(scores, dim=-1).masked_fill(empty, 0.0)
-    return weights @ v, weights                                         # (..., T_q, d_v), (..., T_q, T_k)
+    out = weights @ v                                 # (..., T_q, d_v)
+    return out, weights                               # weights (..., T_q, T_k)
 
 
 def attention_head(x, W_Q, W_K, W_V, causal: bool = True):
-    """One attention head with explicit weight matrices (row vectors: ``q = x W_Q``).
+    """One attention head with explicit weight matrices (row vectors:
+    ``q = x W_Q``).
 
-    x: ``(..., T, d_model)``; W_Q, W_K: ``(d_model, d_k)``; W_V: ``(d_model, d_v)``.
-    Returns ``(..., T, d_v)``.
+    x: ``(..., T, d_model)``; W_Q, W_K: ``(d_model, d_k)``;
+    W_V: ``(d_model, d_v)``. Returns ``(..., T, d_v)``.
     """
     _require_tensor("x", x, 2)
     for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
         _require_matrix(name, W, x.shape[-1])
     if W_Q.shape[1] != W_K.shape[1]:
-        raise ValueError(f"W_Q and W_K must have the same number of columns d_k, "
-                         f"got {tuple(W_Q.shape)} and {tuple(W_K.shape)}")
+        raise ValueError(f"W_Q and W_K must have the same number of "
+                         f"columns d_k, got {tuple(W_Q.shape)} and "
+                         f"{tuple(W_K.shape)}")
     mask = causal_mask(x.shape[-2], x.device) if causal else None
-    return scaled_dot_product_attention(x @ W_Q, x @ W_K, x @ W_V, mask)[0]
+    q, k = x @ W_Q, x @ W_K                           # (..., T, d_k)
+    v = x @ W_V                                       # (..., T, d_v)
+    return scaled_dot_product_attention(q, k, v, mask)[0]
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """``(..., T, n_heads·d_head)`` → ``(..., n_heads, T, d_head)``: head ``h`` owns the
-    contiguous slice ``h·d_head : (h+1)·d_head`` of the features."""
+    """``(..., T, n_heads·d_head)`` → ``(..., n_heads, T, d_head)``: head
+    ``h`` owns the contiguous slice ``h·d_head : (h+1)·d_head`` of the
+    features."""
     _require_tensor("x", x, 2)
     n_heads = check_int("n_heads", n_heads)
     *lead, T, width = x.shape
     if width % n_heads != 0:
-        raise ValueError(f"the last dimension of x ({width}) must be divisible by n_heads ({n_heads})")
-    return x.reshape(*lead, T, n_heads, width // n_heads).transpose(-3, -2)
+        raise ValueError(f"the last dimension of x ({width}) must be "
+                         f"divisible by n_heads ({n_heads})")
+    x = x.reshape(*lead, T, n_heads, width // n_heads)
+    return x.transpose(-3, -2)                      # (..., n_heads, T, d_head)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(..., n_heads, T, d_head)`` → ``(..., T, n_heads·d_head)``: concatenates the heads."""
+    """``(..., n_heads, T, d_head)`` → ``(..., T, n_heads·d_head)``:
+    concatenates the heads."""
     _require_tensor("x", x, 3)
     *lead, n_heads, T, d_head = x.shape
-    return x.transpose(-3, -2).reshape(*lead, T, n_heads * d_head)
+    x = x.transpose(-3, -2)                         # (..., T, n_heads, d_head)
+    return x.reshape(*lead, T, n_heads * d_head)
 
 
-def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None, scale=None):
-    """The core of multi-head attention, on projected queries, keys and values.
+def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None,
+                 scale=None):
+    """The core of multi-head attention, on projected queries, keys and
+    values.
 
-    q: ``(..., T_q, d_model)``; k, v: ``(..., T_k, d_model)``. Splits them into ``n_heads`` heads,
-    masks (``causal`` needs ``T_q == T_k``; ``mask`` broadcasts to ``(..., n_heads, T_q, T_k)``),
-    attends, and concatenates the heads again. Returns ``(merged (..., T_q, d_model),
+    q: ``(..., T_q, d_model)``; k, v: ``(..., T_k, d_model)``. Splits them
+    into ``n_heads`` heads, masks (``causal`` needs ``T_q == T_k``;
+    ``mask`` broadcasts to ``(..., n_heads, T_q, T_k)``), attends, and
+    concatenates the heads again. Returns ``(merged (..., T_q, d_model),
     weights (..., n_heads, T_q, T_k))``.
     """
-    q, k, v = (split_heads(t, n_heads) for t in (q, k, v))            # (..., n_heads, T, d_head)
+    # (..., n_heads, T, d_head)
+    q, k, v = (split_heads(t, n_heads) for t in (q, k, v))
     _check_qkv(q, k, v)
     T_q, T_k = q.shape[-2], k.shape[-2]
-    if mask is not None:   # validate the caller's mask before it is combined with anything
-        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])  # (..., n_heads)
+    if mask is not None:
+        # validate the caller's mask before it is combined with anything
+        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2],
+                                      v.shape[:-2])   # (..., n_heads)
         _check_mask(mask, (*lead, T_q, T_k), q.device)
     if causal:
         if T_q != T_k:
-            raise ValueError(f"a causal mask needs as many queries as keys, got T_q={T_q}, T_k={T_k}")
-        allowed = causal_mask(T_q, q.device)                            # (T, T), on q's device
+            raise ValueError(f"a causal mask needs as many queries as keys, "
+                             f"got T_q={T_q}, T_k={T_k}")
+        allowed = causal_mask(T_q, q.device)          # (T, T), on q's device
         mask = allowed if mask is None else mask & allowed
-    heads, weights = scaled_dot_product_attention(q, k, v, mask, scale)  # (..., n_heads, T_q, d_head)
+    # heads: (..., n_heads, T_q, d_head)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask, scale)
     return merge_heads(heads), weights
 
 
-def multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads: int, causal: bool = True):
-    """Multi-head self-attention with explicit ``(d_model, d_model)`` weights, no biases.
+def multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads: int,
+                         causal: bool = True):
+    """Multi-head self-attention with explicit ``(d_model, d_model)``
+    weights, no biases.
 
-    Each head attends with its own slice of ``Q, K, V``; the heads' outputs are concatenated
-    and mixed by ``W_O``. Returns ``(..., T, d_model)``.
+    Each head attends with its own slice of ``Q, K, V``; the heads' outputs
+    are concatenated and mixed by ``W_O``. Returns ``(..., T, d_model)``.
     """
     _require_tensor("x", x, 2)
     d_model = x.shape[-1]
@@ -201,28 +251,37 @@ def multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads: int, causal: bool = Tru
     for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V), ("W_O", W_O)):
         _require_matrix(name, W, d_model, d_model)
     if d_model % n_heads != 0:
-        raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-    merged, _ = attend_heads(x @ W_Q, x @ W_K, x @ W_V, n_heads, causal)  # (..., T, d_model)
+        raise ValueError(f"d_model ({d_model}) must be divisible by "
+                         f"n_heads ({n_heads})")
+    # merged: (..., T, d_model)
+    merged, _ = attend_heads(x @ W_Q, x @ W_K, x @ W_V, n_heads, causal)
     return merged @ W_O
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with ``n_heads`` heads of width ``d_head = d_model // n_heads``.
+    """Multi-head attention with ``n_heads`` heads of width
+    ``d_head = d_model // n_heads``.
 
-    The projections are ``nn.Linear`` modules ``q_proj, k_proj, v_proj, o_proj``; head ``h`` uses
-    the contiguous slice ``h·d_head : (h+1)·d_head`` of each, as ``torch.nn.MultiheadAttention``
-    does, so weights map across one to one. ``scale`` multiplies the scores (default 1/√d_head).
+    The projections are ``nn.Linear`` modules ``q_proj, k_proj, v_proj,
+    o_proj``; head ``h`` uses the contiguous slice
+    ``h·d_head : (h+1)·d_head`` of each, as ``torch.nn.MultiheadAttention``
+    does, so weights map across one to one. ``scale`` multiplies the
+    scores (default 1/√d_head).
     """
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool = True, bias: bool = True, scale=None):
+    def __init__(self, d_model: int, n_heads: int, causal: bool = True,
+                 bias: bool = True, scale=None):
         super().__init__()
-        d_model, n_heads = check_int("d_model", d_model), check_int("n_heads", n_heads)
+        d_model = check_int("d_model", d_model)
+        n_heads = check_int("n_heads", n_heads)
         if d_model % n_heads != 0:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+            raise ValueError(f"d_model ({d_model}) must be divisible by "
+                             f"n_heads ({n_heads})")
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be True or False, got {causal!r}")
         self.d_model, self.n_heads, self.causal = d_model, n_heads, causal
-        self.d_head, self.scale = d_model // n_heads, _check_scale(scale)
+        self.d_head = d_model // n_heads
+        self.scale = _check_scale(scale)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -231,38 +290,50 @@ class MultiHeadAttention(nn.Module):
     def _check_input(self, name: str, t) -> None:
         _require_tensor(name, t, 2)
         if t.shape[-1] != self.d_model:
-            raise ValueError(f"{name} must have last dimension d_model={self.d_model}, got shape {tuple(t.shape)}")
+            raise ValueError(f"{name} must have last dimension "
+                             f"d_model={self.d_model}, "
+                             f"got shape {tuple(t.shape)}")
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, return_weights: bool = False,
-                *, context: torch.Tensor | None = None):
-        """x: ``(..., T_q, d_model)`` gives the queries; keys and values come from ``context``
-        ``(..., T_k, d_model)`` when it is given (cross-attention), from ``x`` otherwise.
-        ``mask`` (optional, boolean, broadcasting to ``(..., n_heads, T_q, T_k)``) is combined
-        with the causal mask when ``causal=True``. Returns ``(..., T_q, d_model)``, and the
-        weights ``(..., n_heads, T_q, T_k)`` if asked."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                return_weights: bool = False, *,
+                context: torch.Tensor | None = None):
+        """x: ``(..., T_q, d_model)`` gives the queries; keys and values
+        come from ``context`` ``(..., T_k, d_model)`` when it is given
+        (cross-attention), from ``x`` otherwise. ``mask`` (optional,
+        boolean, broadcasting to ``(..., n_heads, T_q, T_k)``) is combined
+        with the causal mask when ``causal=True``. Returns
+        ``(..., T_q, d_model)``, and the weights
+        ``(..., n_heads, T_q, T_k)`` if asked."""
         self._check_input("x", x)
         if context is None:
-            context = x                                                 # self-attention
+            context = x                               # self-attention
         elif self.causal:
-            raise ValueError("cross-attention (context=...) is not causal: the keys belong to another "
-                             "sequence, so 'later' means nothing. Build the layer with causal=False.")
+            raise ValueError("cross-attention (context=...) is not causal: "
+                             "the keys belong to another sequence, so "
+                             "'later' means nothing. Build the layer with "
+                             "causal=False.")
         else:
             self._check_input("context", context)
-        merged, weights = attend_heads(self.q_proj(x), self.k_proj(context), self.v_proj(context),
-                                       self.n_heads, self.causal, mask, self.scale)
-        out = self.o_proj(merged)                                       # (..., T_q, d_model)
+        q = self.q_proj(x)                            # (..., T_q, d_model)
+        k = self.k_proj(context)                      # (..., T_k, d_model)
+        v = self.v_proj(context)                      # (..., T_k, d_model)
+        merged, weights = attend_heads(q, k, v, self.n_heads, self.causal,
+                                       mask, self.scale)
+        out = self.o_proj(merged)                     # (..., T_q, d_model)
         return (out, weights) if return_weights else out
 
 
 def attention_flops(T: int, d_model: int) -> int:
-    """Multiply-adds ×2 spent on ``QKᵀ`` and ``weights·V`` for one sequence: ``4·T²·d_model``
-    (the projections, ``8·T·d_model²``, are not counted)."""
+    """Multiply-adds ×2 spent on ``QKᵀ`` and ``weights·V`` for one
+    sequence: ``4·T²·d_model`` (the projections, ``8·T·d_model²``, are not
+    counted)."""
     T, d_model = check_int("T", T), check_int("d_model", d_model)
     return 4 * T * T * d_model
 
 
 __all__ = [
-    "attend_heads", "attention_flops", "attention_head", "causal_mask", "merge_heads",
-    "multi_head_attention", "MultiHeadAttention", "scaled_dot_product_attention", "simple_attention",
-    "softmax", "split_heads",
+    "attend_heads", "attention_flops", "attention_head", "causal_mask",
+    "merge_heads", "multi_head_attention", "MultiHeadAttention",
+    "scaled_dot_product_attention", "simple_attention", "softmax",
+    "split_heads",
 ]

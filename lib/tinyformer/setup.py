@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import random
+import re
 import textwrap
 
 import numpy as np
@@ -99,16 +100,43 @@ def glue(name: str, value, display: bool = False):
 
 
 #: The first code cell of every chapter notebook, character for character (a test checks it).
-#: In Colab it installs this library from the repository, leaving Colab's own torch alone;
-#: anywhere else the library is already installed by `make book` / `pip install -e .`.
+#: In Colab it installs the library at the version the book was made with (the git tag
+#: ``v{version}`` of the repository named in _config.yml). pip keeps what Colab already has
+#: (its torch, numpy, matplotlib, tqdm satisfy the library's loose bounds) and adds only what is
+#: missing. If that version cannot be imported afterwards, the cell stops with an error saying
+#: what to do. Anywhere else it does nothing: `make book` / `pip install -e .` installed the library.
 BOOTSTRAP = '''\
-# Set-up: in Colab, install the tinyformer library (Colab's own torch is kept).
+# Set-up: in Colab, install the tinyformer library this book was made with
+# (Colab's own torch is kept). Anywhere else this cell does nothing.
 import sys
 
 if "google.colab" in sys.modules:
-    %pip install --quiet --no-deps "tinyformer @ git+{url}"'''
+    pin = "tinyformer @ git+{url}@v{version}"
+    %pip install --quiet "{{pin}}"
+    try:
+        import tinyformer
+    except ImportError:
+        tinyformer = None
+    if getattr(tinyformer, "__version__", None) != "{version}":
+        raise ImportError(
+            "tinyformer {version} did not install (see pip's messages above). "
+            "Choose Runtime > Restart session, then run this cell again."
+        )'''
 
 
-def bootstrap_cell(url: str) -> str:
-    """The bootstrap cell for the repository ``url`` named in ``_config.yml``."""
-    return BOOTSTRAP.format(url=url)
+def bootstrap_cell(url: str, version: str | None = None) -> str:
+    """The bootstrap cell for the repository ``url`` named in ``_config.yml``.
+
+    ``version`` (default: this library's ``__version__``) is the release it installs, from the
+    repository's git tag ``v{version}``.
+    """
+    if version is None:
+        from tinyformer import __version__ as version
+    for name, value in (("url", url), ("version", version)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if not re.fullmatch(r"https://[^\s\"'{}@]+", url):
+        raise ValueError(f"url must be an https:// repository address, got {url!r}")
+    if not re.fullmatch(r"\d+(\.\d+)*[A-Za-z0-9.+-]*", version):
+        raise ValueError(f"version must be a release number such as '0.1.0', got {version!r}")
+    return BOOTSTRAP.format(url=url.rstrip("/"), version=version)

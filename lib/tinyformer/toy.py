@@ -1,11 +1,21 @@
-"""Scaffolding for the small experiments of the early chapters; readers need not study it.
+"""Scaffolding for the small experiments of the early chapters; readers need
+not study it.
 
-A one-layer attention model, the loss, a training loop and two synthetic tasks (random tokens,
-and "report the token n positions back"). The chapters use them to measure what attention does;
-Chapter 5 builds the real model. Everything is built on the device of its input.
+A one-layer attention model, the loss, a training loop and two synthetic
+tasks (random tokens, and "report the token n positions back"). The chapters
+use them to measure what attention does; Chapter 5 builds the real model.
+Everything is built on the device of its input.
+
+Chapter 3 adds tools to take a stack of blocks apart (remove its layer norms
+or one kind of sublayer), a regression task and its training loop, and
+measurements of a stack at initialisation: per-block gradient norms,
+per-block Jacobians, the size of each sublayer's output, and how alike the
+positions' vectors have become.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn as nn
@@ -16,16 +26,19 @@ from tinyformer.setup import check_int
 
 
 class OneLayerAttention(nn.Module):
-    """Embeddings → one ``MultiHeadAttention`` → linear read-out: the smallest model that attends.
+    """Embeddings → one ``MultiHeadAttention`` → linear read-out: the
+    smallest model that attends.
 
-    Token and learned position embeddings are added (the positions let attention tell "the
-    previous token" from any other); the read-out sees each token's vector plus what attention
-    brought to it. Token ids ``(B, T)`` give logits ``(B, T, n_outputs, vocab_size)`` and the
+    Token and learned position embeddings are added (the positions let
+    attention tell "the previous token" from any other); the read-out sees
+    each token's vector plus what attention brought to it. Token ids
+    ``(B, T)`` give logits ``(B, T, n_outputs, vocab_size)`` and the
     attention weights ``(B, n_heads, T, T)``.
     """
 
-    def __init__(self, vocab_size: int, block_size: int, d_model: int = 32, n_heads: int = 1,
-                 n_outputs: int = 1, causal: bool = True, scale=None):
+    def __init__(self, vocab_size: int, block_size: int, d_model: int = 32,
+                 n_heads: int = 1, n_outputs: int = 1, causal: bool = True,
+                 scale=None):
         super().__init__()
         self.vocab_size = check_int("vocab_size", vocab_size)
         self.block_size = check_int("block_size", block_size)
@@ -33,66 +46,90 @@ class OneLayerAttention(nn.Module):
         d_model = check_int("d_model", d_model)
         self.tok = nn.Embedding(self.vocab_size, d_model)
         self.pos = nn.Embedding(self.block_size, d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, causal=causal, scale=scale)
+        self.attn = MultiHeadAttention(d_model, n_heads, causal=causal,
+                                       scale=scale)
         self.readout = nn.Linear(d_model, self.n_outputs * self.vocab_size)
 
     def _check_idx(self, idx) -> None:
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-            got = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-            raise ValueError(f"idx must be a 2-D tensor of token ids (B, T), got {got}")
-        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-            raise TypeError(f"idx must hold integer token ids, got dtype {idx.dtype}")
+            got = (tuple(idx.shape) if isinstance(idx, torch.Tensor)
+                   else type(idx).__name__)
+            raise ValueError(f"idx must be a 2-D tensor of token ids (B, T), "
+                             f"got {got}")
+        if (idx.dtype.is_floating_point or idx.dtype.is_complex
+                or idx.dtype == torch.bool):
+            raise TypeError(f"idx must hold integer token ids, "
+                            f"got dtype {idx.dtype}")
         if not 1 <= idx.shape[1] <= self.block_size:
-            raise ValueError(f"idx has {idx.shape[1]} positions; the model takes 1 to block_size="
-                             f"{self.block_size}")
+            raise ValueError(f"idx has {idx.shape[1]} positions; the model "
+                             f"takes 1 to block_size={self.block_size}")
         # meta tensors (used to test devices) carry no values to check
-        if idx.device.type != "meta" and idx.numel() and (idx.min() < 0 or idx.max() >= self.vocab_size):
-            raise ValueError(f"token ids in idx must lie in [0, vocab_size={self.vocab_size}), "
-                             f"got ids from {int(idx.min())} to {int(idx.max())}")
+        if idx.device.type == "meta" or not idx.numel():
+            return
+        if idx.min() < 0 or idx.max() >= self.vocab_size:
+            raise ValueError(f"token ids in idx must lie in "
+                             f"[0, vocab_size={self.vocab_size}), got ids "
+                             f"from {int(idx.min())} to {int(idx.max())}")
 
     def forward(self, idx: torch.Tensor, mask: torch.Tensor | None = None):
         self._check_idx(idx)
         B, T = idx.shape
-        positions = torch.arange(T, device=idx.device)                 # on the input's device
-        h = self.tok(idx) + self.pos(positions)                        # (B, T, d_model)
-        a, weights = self.attn(h, mask=mask, return_weights=True)      # weights (B, n_heads, T, T)
-        logits = self.readout(h + a)                                   # (B, T, n_outputs·vocab_size)
-        return logits.view(B, T, self.n_outputs, self.vocab_size), weights
+        positions = torch.arange(T, device=idx.device)  # on idx's device
+        h = self.tok(idx) + self.pos(positions)         # (B, T, d_model)
+        # a: (B, T, d_model), weights: (B, n_heads, T, T)
+        a, weights = self.attn(h, mask=mask, return_weights=True)
+        logits = self.readout(h + a)        # (B, T, n_outputs·vocab_size)
+        logits = logits.view(B, T, self.n_outputs, self.vocab_size)
+        return logits, weights
 
 
-def next_token_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
+def next_token_loss(model: nn.Module, inputs: torch.Tensor,
+                    targets: torch.Tensor,
                     mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy in nats of ``model(inputs, mask)`` against ``targets`` (B, T, n_outputs);
-    a target of -100 means "no target" and is left out of the mean."""
-    logits, _ = model(inputs, mask)                                    # (B, T, n_outputs, vocab_size)
-    if not isinstance(targets, torch.Tensor) or targets.shape != logits.shape[:-1]:
-        got = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets).__name__
-        raise ValueError(f"targets must have shape (B, T, n_outputs) = {tuple(logits.shape[:-1])}, got {got}")
-    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
-        raise TypeError(f"targets must hold integer token ids (-100 for none), got dtype {targets.dtype}")
-    return F.cross_entropy(logits.flatten(0, 2), targets.flatten().long(), ignore_index=-100)
+    """Mean cross-entropy in nats of ``model(inputs, mask)`` against
+    ``targets`` (B, T, n_outputs); a target of -100 means "no target" and
+    is left out of the mean."""
+    logits, _ = model(inputs, mask)       # (B, T, n_outputs, vocab_size)
+    if (not isinstance(targets, torch.Tensor)
+            or targets.shape != logits.shape[:-1]):
+        got = (tuple(targets.shape) if isinstance(targets, torch.Tensor)
+               else type(targets).__name__)
+        raise ValueError(f"targets must have shape (B, T, n_outputs) = "
+                         f"{tuple(logits.shape[:-1])}, got {got}")
+    if (targets.dtype.is_floating_point or targets.dtype.is_complex
+            or targets.dtype == torch.bool):
+        raise TypeError(f"targets must hold integer token ids (-100 for "
+                        f"none), got dtype {targets.dtype}")
+    return F.cross_entropy(logits.flatten(0, 2), targets.flatten().long(),
+                           ignore_index=-100)
 
 
-def train(model: nn.Module, make_batch, steps: int, lr: float = 1e-2, seed: int = 1,
-          progress: bool = False) -> list[float]:
-    """Adam on a fresh batch ``make_batch(generator)`` → ``(inputs, targets)`` at every step.
+def train(model: nn.Module, make_batch, steps: int, lr: float = 1e-2,
+          seed: int = 1, progress: bool = False) -> list[float]:
+    """Adam on a fresh batch ``make_batch(generator)`` →
+    ``(inputs, targets)`` at every step.
 
-    The generator is a CPU ``torch.Generator`` seeded with ``seed``, so the batches are the same
-    on every device; they are moved to the model's device. Returns the per-step losses (nats).
+    The generator is a CPU ``torch.Generator`` seeded with ``seed``, so the
+    batches are the same on every device; they are moved to the model's
+    device. Returns the per-step losses (nats).
     """
     steps = check_int("steps", steps, minimum=0)
     gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=None))
-    if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
+    if not (isinstance(lr, (int, float)) and not isinstance(lr, bool)
+            and lr > 0):
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     device = next(model.parameters()).device
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    if progress:  # imported only when asked: without ipywidgets, tqdm.auto warns as it is imported
+    if progress:
+        # imported only when asked: without ipywidgets, tqdm.auto warns as
+        # it is imported
         from tqdm.auto import trange
     else:
         trange = range
     for _ in trange(steps):
-        batch = [t.to(device) if isinstance(t, torch.Tensor) else t for t in make_batch(gen)]
+        batch = [t.to(device) if isinstance(t, torch.Tensor) else t
+                 for t in make_batch(gen)]
         loss = next_token_loss(model, *batch)
         opt.zero_grad()
         loss.backward()
@@ -101,20 +138,26 @@ def train(model: nn.Module, make_batch, steps: int, lr: float = 1e-2, seed: int 
     return losses
 
 
-def random_tokens(gen: torch.Generator, batch_size: int, vocab_size: int, block_size: int):
-    """Uniformly random sequences of ``block_size + 1`` tokens: inputs ``(B, T)`` are the first
-    ``T = block_size``, targets ``(B, T, 1)`` the same shifted by one (the next token)."""
-    B, vocab_size = check_int("batch_size", batch_size), check_int("vocab_size", vocab_size)
-    seq = torch.randint(0, vocab_size, (B, check_int("block_size", block_size) + 1), generator=gen)
+def random_tokens(gen: torch.Generator, batch_size: int, vocab_size: int,
+                  block_size: int):
+    """Uniformly random sequences of ``block_size + 1`` tokens: inputs
+    ``(B, T)`` are the first ``T = block_size``, targets ``(B, T, 1)`` the
+    same shifted by one (the next token)."""
+    B = check_int("batch_size", batch_size)
+    vocab_size = check_int("vocab_size", vocab_size)
+    T = check_int("block_size", block_size)
+    seq = torch.randint(0, vocab_size, (B, T + 1), generator=gen)
     return seq[:, :-1], seq[:, 1:].unsqueeze(-1)
 
 
-def lookback_batch(gen: torch.Generator, batch_size: int, vocab_size: int, block_size: int,
-                   offsets=(1, 3)):
-    """Random tokens ``idx`` ``(B, T)``; target ``n`` at position ``i`` is the token
-    ``offsets[n]`` positions back, ``idx[:, i - offsets[n]]``, or -100 where there is none.
-    Returns ``(idx, targets (B, T, len(offsets)))``."""
-    B, vocab_size = check_int("batch_size", batch_size), check_int("vocab_size", vocab_size)
+def lookback_batch(gen: torch.Generator, batch_size: int, vocab_size: int,
+                   block_size: int, offsets=(1, 3)):
+    """Random tokens ``idx`` ``(B, T)``; target ``n`` at position ``i`` is
+    the token ``offsets[n]`` positions back, ``idx[:, i - offsets[n]]``, or
+    -100 where there is none. Returns ``(idx, targets (B, T, len(offsets)))``.
+    """
+    B = check_int("batch_size", batch_size)
+    vocab_size = check_int("vocab_size", vocab_size)
     T = check_int("block_size", block_size)
     offsets = [check_int("each offset", back) for back in offsets]
     if not offsets:
@@ -122,9 +165,230 @@ def lookback_batch(gen: torch.Generator, batch_size: int, vocab_size: int, block
     idx = torch.randint(0, vocab_size, (B, T), generator=gen)
     targets = torch.full((B, T, len(offsets)), -100, dtype=torch.long)
     for n, back in enumerate(offsets):
-        if back < T:                                                   # else: no position has one
+        if back < T:                    # else: no position has one
             targets[:, back:, n] = idx[:, :-back]
     return idx, targets
 
 
-__all__ = ["OneLayerAttention", "lookback_batch", "next_token_loss", "random_tokens", "train"]
+# -----------------------------------------------------------------------------
+# Chapter 3: taking a stack of blocks apart, and measuring it
+# -----------------------------------------------------------------------------
+
+SUBLAYERS = ("attn", "ffn")
+
+
+class ZeroSublayer(nn.Module):
+    """Stands in for a removed sublayer: returns zeros shaped like its input
+    (a mask argument is accepted and ignored), so ``x + sublayer(x)`` is
+    ``x``."""
+
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+
+def _blocks(module: nn.Module) -> list[nn.Module]:
+    """The transformer blocks inside ``module`` (itself included), in order."""
+    from tinyformer.blocks import TransformerBlock  # chapter 3's module
+
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got "
+                        f"{type(module).__name__}")
+    found = [m for m in module.modules() if isinstance(m, TransformerBlock)]
+    if not found:
+        raise ValueError("module holds no TransformerBlock")
+    return found
+
+
+def remove_norms_(module: nn.Module) -> nn.Module:
+    """Replace every layer norm inside ``module`` (each block's ``ln_1`` and
+    ``ln_2``, a stack's ``ln_f``) by ``nn.Identity``, in place; returns it."""
+    from tinyformer.blocks import LayerNorm, RMSNorm
+
+    norms = (LayerNorm, RMSNorm, nn.LayerNorm, nn.RMSNorm)
+    for block in _blocks(module):
+        block.ln_1, block.ln_2 = nn.Identity(), nn.Identity()
+    for parent in module.modules():
+        for name, child in list(parent.named_children()):
+            if isinstance(child, norms):
+                setattr(parent, name, nn.Identity())
+    return module
+
+
+def remove_sublayer_(module: nn.Module, name: str) -> nn.Module:
+    """Replace every block's ``attn`` or ``ffn`` (``name``) by a
+    :class:`ZeroSublayer`, in place, so that the block only ever adds zero
+    there (a post-norm block still applies its layer norm); returns it."""
+    if name not in SUBLAYERS:
+        raise ValueError(f"name must be one of {SUBLAYERS}, got {name!r}")
+    for block in _blocks(module):
+        setattr(block, name, ZeroSublayer())
+    return module
+
+
+def absolute_value_batch(gen: torch.Generator, batch_size: int, T: int,
+                         d_model: int):
+    """Inputs ``x`` of shape ``(B, T, d_model)`` with standard normal
+    entries, and the target ``|x|`` (each number's absolute value, a
+    non-linear map of each token on its own)."""
+    B, T = check_int("batch_size", batch_size), check_int("T", T)
+    x = torch.randn(B, T, check_int("d_model", d_model), generator=gen)
+    return x, x.abs()
+
+
+def train_regression(model: nn.Module, make_batch, steps: int,
+                     lr: float = 1e-2, seed: int = 1) -> list[float]:
+    """Adam on the mean squared error of ``model(x)`` against ``y``, with a
+    fresh batch ``make_batch(generator) -> (x, y)`` at every step (a CPU
+    generator seeded with ``seed``, batches moved to the model's device).
+    Returns the per-step losses."""
+    steps = check_int("steps", steps, minimum=0)
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=None))
+    if not (isinstance(lr, (int, float)) and not isinstance(lr, bool)
+            and lr > 0):
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    device = next(model.parameters()).device
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        x, y = (t.to(device) for t in make_batch(gen))
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def affine_floor(x: torch.Tensor, y: torch.Tensor) -> float:
+    """The smallest mean squared error of any affine map ``x A + b`` as a
+    prediction of ``y``: least squares, in float64. ``x``: ``(N, d_in)``,
+    ``y``: ``(N, d_out)``, the same ``N``."""
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            got = (tuple(t.shape) if isinstance(t, torch.Tensor)
+                   else type(t).__name__)
+            raise ValueError(f"{name} must be a 2-D tensor (N, d), got {got}")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y must have the same number of rows, got "
+                         f"{x.shape[0]} and {y.shape[0]}")
+    x1 = torch.cat([x, torch.ones_like(x[:, :1])], dim=1).double()
+    y = y.double()
+    coef = torch.linalg.lstsq(x1.cpu(), y.cpu(), driver="gelsd").solution
+    return float((x1.cpu() @ coef - y.cpu()).pow(2).mean())
+
+
+def block_grad_norms(stack: nn.Module, x: torch.Tensor, seed: int = 12345,
+                     names=None) -> list[float]:
+    """Backpropagate the loss ``sum(out * g)`` (``g`` standard normal, drawn
+    from ``seed``) through ``stack`` and return, for each block, the norm of
+    the gradient of its parameters; ``names`` (suffixes such as
+    ``"q_proj.weight"``) keeps only the matching parameters. The stack's
+    gradients are cleared before and after.
+
+    Draw ``x`` from another seed than ``g``: an input drawn from the same seed
+    and shape as ``g`` equals it, and the loss then rewards copying the input.
+    """
+    blocks = _blocks(stack)
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=None))
+    stack.zero_grad(set_to_none=True)
+    out = stack(x)
+    g = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
+    (out * g).sum().backward()
+    norms = []
+    for block in blocks:
+        total = 0.0
+        for pname, p in block.named_parameters():
+            if names is not None and not any(pname.endswith(n) for n in names):
+                continue
+            if p.grad is not None:
+                total += float(p.grad.double().pow(2).sum())
+        norms.append(math.sqrt(total))
+    stack.zero_grad(set_to_none=True)
+    return norms
+
+
+def block_jacobians(stack: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The Jacobian of each block at the input it receives in a forward pass
+    of ``x`` (one sequence, ``(T, d_model)``): matrix ``l`` is
+    ``d x_{l+1} / d x_l`` flattened to ``(T·d_model, T·d_model)``, row
+    ``t·d_model + c`` for output position ``t`` and feature ``c``."""
+    from torch.func import jacrev
+
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        got = (tuple(x.shape) if isinstance(x, torch.Tensor)
+               else type(x).__name__)
+        raise ValueError(f"x must be one sequence (T, d_model), got {got}")
+    n = x.numel()
+    jacobians = []
+    with torch.no_grad():
+        for block in _blocks(stack):
+            jacobians.append(jacrev(block)(x).reshape(n, n))
+            x = block(x)
+    return jacobians
+
+
+def sublayer_output_rms(stack: nn.Module, x: torch.Tensor) -> dict:
+    """Run ``stack(x)`` and return ``{"attn": [...], "ffn": [...]}``: the
+    root-mean-square size of what each block's attention and feed-forward
+    sublayer output, block by block."""
+    sizes = {name: [] for name in SUBLAYERS}
+    hooks = []
+    for block in _blocks(stack):
+        for name in SUBLAYERS:
+            def record(module, args, out, name=name):
+                sizes[name].append(float(out.detach().pow(2).mean().sqrt()))
+            hooks.append(getattr(block, name).register_forward_hook(record))
+    try:
+        with torch.no_grad():
+            stack(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return sizes
+
+
+def sublayer_writes(stack: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Run ``stack(x)`` and return what every sublayer wrote into the
+    stream, in the order they ran (block 0's attention, block 0's FFN,
+    block 1's attention, ...): a tensor of shape ``(2 * n_blocks, *x.shape)``
+    (for ``x`` of shape ``(B, T, d_model)``)."""
+    outputs = []
+    hooks = []
+    for block in _blocks(stack):
+        for name in SUBLAYERS:
+            def record(module, args, out):
+                outputs.append(out.detach())
+            hooks.append(getattr(block, name).register_forward_hook(record))
+    try:
+        with torch.no_grad():
+            stack(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.stack(outputs)
+
+
+def position_cosine(x: torch.Tensor) -> float:
+    """How alike the positions' vectors are: the mean cosine similarity
+    between the vectors of two different positions of the same sequence.
+    ``x``: ``(..., T, d)`` with ``T >= 2``; 1 means every position holds the
+    same direction."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-2] < 2:
+        got = (tuple(x.shape) if isinstance(x, torch.Tensor)
+               else type(x).__name__)
+        raise ValueError(f"x must have shape (..., T, d) with T >= 2, "
+                         f"got {got}")
+    u = F.normalize(x.detach().double(), dim=-1)          # (..., T, d)
+    cos = u @ u.transpose(-2, -1)                         # (..., T, T)
+    T = x.shape[-2]
+    diagonal = cos.diagonal(dim1=-2, dim2=-1).sum(-1)
+    off_diagonal = cos.sum(dim=(-2, -1)) - diagonal
+    return float((off_diagonal / (T * (T - 1))).mean())
+
+
+__all__ = [
+    "OneLayerAttention", "SUBLAYERS", "ZeroSublayer", "absolute_value_batch",
+    "affine_floor", "block_grad_norms", "block_jacobians", "lookback_batch",
+    "next_token_loss", "position_cosine", "random_tokens", "remove_norms_",
+    "remove_sublayer_", "sublayer_output_rms", "train", "train_regression",
+]

@@ -1,9 +1,11 @@
 """Plotting helpers shared by the chapters (attention in Chapter 2, interpretability in Chapter 10).
 
 Every helper draws on a Matplotlib ``Axes`` (a new one when ``ax`` is ``None``) and returns it,
-so a chapter can place several plots in one figure and add its own titles and labels. Two of them
-are schematics rather than plots of data: one attention head's dataflow (:func:`draw_head_dataflow`)
-and the split-heads reshape of multi-head attention (:func:`draw_split_heads`).
+so a chapter can place several plots in one figure and add its own titles and labels. Three of
+them are schematics rather than plots of data: one attention head's dataflow
+(:func:`draw_head_dataflow`), the split-heads reshape of multi-head attention
+(:func:`draw_split_heads`), and a transformer block in either norm placement (:func:`draw_block`).
+Chapter 3's per-layer measurements are drawn with :func:`plot_per_layer`.
 """
 
 from __future__ import annotations
@@ -323,4 +325,131 @@ def draw_split_heads(ax=None, n_heads: int = 3, d_head: int = 2, T: int = 4):
     return ax
 
 
-__all__ = ["draw_head_dataflow", "draw_split_heads", "plot_attention", "plot_heads"]
+_COLOURS = {"ln": "#e6e0f3", "attn": "#fbe3cc", "ffn": "#dcefdc",
+            "stream": "#4d8fd6"}
+
+
+def _add_node(ax, cx: float, cy: float, r: float = 0.17):
+    """The ⊕ where a sublayer's output is added to the stream."""
+    from matplotlib.patches import Circle
+
+    ax.add_patch(Circle((cx, cy), r, facecolor="white", edgecolor="#333333",
+                        linewidth=1.3, gid="add", zorder=3))
+    ax.text(cx, cy, "+", ha="center", va="center", fontsize=12, zorder=4)
+
+
+def draw_block(norm: str = "pre", ax=None):
+    """Draw one transformer block on its residual stream, bottom to top.
+
+    ``norm="pre"``: each sublayer reads the stream through its own layer
+    norm and its output is added to the stream, which is never normalised
+    inside the block. ``norm="post"``: each sublayer reads the stream
+    directly, and the stream is layer-normalised right after each
+    addition. The stream is the vertical line; ⊕ marks an addition.
+    Returns the ``Axes``; ``ax=None`` makes a new 4.4 x 6 in figure, the size
+    the layout is made for.
+    """
+    if norm not in ("pre", "post"):
+        raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+    ax = _schematic_axes(ax, 4.4, 6.0)
+    sx, bx, w = 1.1, 3.0, 2.1                   # stream x, branch x, box width
+    # the residual stream: a thick line from x_l to x_(l+1)
+    ax.plot([sx, sx], [0.55, 5.45], color=_COLOURS["stream"], lw=4,
+            solid_capstyle="butt", zorder=1, gid="stream")
+    _arrow(ax, (sx, 5.3), (sx, 5.62))
+    ax.text(sx, 0.45, "$x_\\ell$  (B, T, $d_\\mathrm{model}$)", ha="center",
+            va="top", fontsize=_FONT)
+    ax.text(sx, 5.68, "$x_{\\ell+1}$", ha="center", va="bottom",
+            fontsize=_FONT)
+    ax.text(sx - 0.3, 1.3, "residual stream", rotation=90, ha="center",
+            va="center", fontsize=9, color=_COLOURS["stream"])
+
+    def branch(y0, y_add, boxes):
+        """Leave the stream at y0, go through boxes (y, text, kind) on the
+        right, and come back to a ⊕ on the stream at y_add."""
+        ax.plot([sx, bx], [y0, y0], color="#333333", lw=1.3, zorder=1)
+        prev = y0
+        for y, text, kind in boxes:
+            _arrow(ax, (bx, prev), (bx, y - 0.26))
+            _box(ax, bx, y, w, 0.52, text, colour=_COLOURS[kind], gid=kind)
+            prev = y + 0.26
+        ax.plot([bx, bx], [prev, y_add], color="#333333", lw=1.3, zorder=1)
+        _arrow(ax, (bx, y_add), (sx + 0.17, y_add))
+        _add_node(ax, sx, y_add)
+
+    def stream_norm(y, name):
+        _box(ax, sx, y, 1.2, 0.5, f"LayerNorm\n{name}",
+             colour=_COLOURS["ln"], gid="ln")
+
+    attn = "multi-head attention\n(mixes positions)"
+    ffn = "feed-forward\n(each position alone)"
+    if norm == "pre":
+        branch(0.8, 2.6, [(1.35, "LayerNorm ln_1", "ln"),
+                          (2.1, attn, "attn")])
+        branch(3.0, 4.8, [(3.55, "LayerNorm ln_2", "ln"),
+                          (4.3, ffn, "ffn")])
+        ax.text(bx, 5.5, "pre-norm: $x + f(\\mathrm{LN}(x))$", ha="center",
+                va="center", fontsize=_FONT)
+    else:
+        branch(0.8, 1.75, [(1.3, attn, "attn")])
+        stream_norm(2.35, "ln_1")
+        branch(2.95, 3.95, [(3.5, ffn, "ffn")])
+        stream_norm(4.6, "ln_2")
+        ax.text(bx, 5.5, "post-norm: $\\mathrm{LN}(x + f(x))$", ha="center",
+                va="center", fontsize=_FONT)
+    return ax
+
+
+def _plain_log_labels(ax):
+    """Label a log y axis with plain numbers (1, 2, 3, 5, 10, ...)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def major(v, _):
+        return f"{v:g}"
+
+    def minor(v, _):
+        if v <= 0:
+            return ""
+        lead = round(v / 10 ** np.floor(np.log10(v)))
+        return f"{v:g}" if lead in (2, 3, 5) else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(major))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
+
+
+def plot_per_layer(curves: dict, ax=None, *, ylabel: str = "",
+                   title: str | None = None, log: bool = True,
+                   xlabel: str = "layer", start: int = 0):
+    """Plot one value per layer for several models: ``curves`` maps a label
+    to a sequence of numbers (its ``i``-th number is drawn at layer
+    ``start + i``), on a logarithmic y axis unless ``log=False``. Returns the
+    ``Axes``."""
+    if not isinstance(curves, dict) or not curves:
+        raise TypeError("curves must be a non-empty dict of label -> values")
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.5))
+    for label, values in curves.items():
+        v = _as_array(values, f"curves[{label!r}]")
+        if v.ndim != 1:
+            raise ValueError(f"curves[{label!r}] must be 1-D, got shape "
+                             f"{v.shape}")
+        ax.plot(np.arange(start, start + len(v)), v, marker="o",
+                markersize=3, label=str(label))
+    if log:
+        ax.set_yscale("log")
+        values = np.concatenate([_as_array(v, "curves").ravel()
+                                 for v in curves.values()])
+        values = values[np.isfinite(values) & (values > 0)]
+        if values.size and values.max() < 100 * values.min():
+            _plain_log_labels(ax)        # a narrow range: 2, 3, 5, not 2×10⁰
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+__all__ = ["draw_block", "draw_head_dataflow", "draw_split_heads", "plot_attention", "plot_heads",
+           "plot_per_layer"]

@@ -5,7 +5,10 @@ Importing the package registers every chapter's exercises in :data:`EXERCISES`. 
 checks through :mod:`tinyformer.checks` (``tinyformer.checks.check_<name>``).
 """
 
-from tinyformer.course import ch02  # noqa: F401 - registers chapter 2's exercises
+from tinyformer.course import (
+    ch02,  # noqa: F401 - registers chapter 2's exercises
+    ch03,  # noqa: F401 - registers chapter 3's exercises
+)
 from tinyformer.course.engine import (
     ERROR,
     EXERCISES,

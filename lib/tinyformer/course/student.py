@@ -6,10 +6,14 @@ In a chapter, a solution is the code between ``# BEGIN SOLUTION`` and ``# END SO
 cell tagged ``exercise-<name>``; the cell usually sits inside a collapsed
 ``{solution-start}`` … ``{solution-end}`` block, whose prose is the worked answer. The student
 notebook keeps the function's signature and docstring, replaces its body with
-``raise NotImplementedError("<function> is not implemented yet")``, drops the worked answer, clears
-every output, and turns the ``{exercise}`` directives into plain headings that read well in
-Jupyter and Colab. The stub names the function the reader writes (the exercise registry's
+``raise NotImplementedError("<function> is not implemented yet")``, drops the worked answer and
+clears every output. The stub names the function the reader writes (the exercise registry's
 ``function``), so a check can tell a reader that an exercise calls an unfinished earlier one.
+
+The rest of the rendering (no MyST left: glued values, numbered references, citations, exercise
+headings) is the reader notebooks' (:mod:`tinyformer.course.reader`): a student notebook is
+byte for byte the committed ``notebooks/exercises/NN-slug.ipynb``, and its metadata names its
+chapter and exercises, ``{"tinyformer": {"chapter": "02-attention", "exercises": [...]}}``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from tinyformer.course.engine import EXERCISES
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 EXERCISE_TAG = "exercise-"
-_FENCE = re.compile(r"^(?P<fence>:{3,}|`{3,})\{(?P<name>[\w-]+)\}\s*(?P<arg>.*)$")
 _DEF = re.compile(r"^(?P<indent>\s*)def\s+(?P<name>\w+)\s*\(")
 
 
@@ -88,68 +91,20 @@ def stub_source(source: str, name: str) -> str:
     return "\n".join(out)
 
 
-def _strip_solution_prose(text: str, in_solution: bool) -> tuple[str, bool]:
-    """Drop solution-start … solution-end regions (and the directives) from markdown."""
-    kept, lines, i = [], text.splitlines(), 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i].strip())
-        if m and m["name"] in ("solution-start", "solution-end"):
-            fence = m["fence"]
-            i += 1
-            while i < len(lines) and lines[i].strip() != fence:  # skip options up to the closing fence
-                i += 1
-            in_solution = m["name"] == "solution-start"
-        elif not in_solution:
-            kept.append(lines[i])
-        i += 1
-    return "\n".join(kept).strip("\n"), in_solution
+def make_student(nb, chapter: str | None = None, book=None):
+    """Return the exercise notebook of ``nb`` (an nbformat node, not modified).
 
+    The same conversion as the reader notebooks (:mod:`tinyformer.course.reader`), with each
+    solution stubbed, the worked answers dropped and every output cleared, so ``make student``
+    writes exactly what ``notebooks/exercises/`` holds. ``chapter`` (``"02-attention"``) is
+    recorded in the notebook's metadata for the grader; ``book`` is the reader context, by
+    default the book around the current directory.
+    """
+    from tinyformer.course.reader import reader_notebook
 
-def _exercise_headings(text: str) -> str:
-    """``:::{exercise} 2.1 · Title`` + ``:label:`` → ``### Exercise 2.1 · Title`` (Jupyter has no directives)."""
-    out, lines, i = [], text.splitlines(), 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i].strip())
-        if m and m["name"] == "exercise":
-            out.append(f"### Exercise {m['arg']}".rstrip())
-            fence = m["fence"]
-            i += 1
-            while i < len(lines) and lines[i].lstrip().startswith(":") and lines[i].strip() != fence:
-                i += 1  # the directive's options (:label: …)
-            while i < len(lines) and lines[i].strip() != fence:
-                out.append(lines[i])
-                i += 1
-        else:
-            out.append(lines[i])
-        i += 1
-    return "\n".join(out)
-
-
-def make_student(nb):
-    """Return a student copy of notebook ``nb`` (an nbformat node); ``nb`` is not modified."""
-    nb = nbformat.from_dict(nb)  # a deep copy
-    cells, in_solution = [], False
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            text, in_solution = _strip_solution_prose(cell.source, in_solution)
-            if text.strip():
-                cell.source = _exercise_headings(text)
-                cells.append(cell)
-            continue
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-            name = exercise_name(cell)
-            has_marker = BEGIN in cell.source or END in cell.source
-            if has_marker and name is None:
-                raise ValueError(f"a cell with {BEGIN} has no exercise-<name> tag:\n{cell.source[:200]}")
-            if in_solution and not has_marker:
-                raise ValueError(f"a code cell inside a solution block has no {BEGIN} marker, so its code "
-                                 f"would reach students:\n{cell.source[:200]}")
-            if has_marker:
-                cell.source = stub_source(cell.source, stub_function(name, cell.source))
-        cells.append(cell)
-    nb.cells = cells
-    return nb
+    out = reader_notebook(nb, chapter or "notebook", book, exercises=True)
+    out.metadata["tinyformer"]["chapter"] = chapter
+    return out
 
 
 def has_exercises(nb) -> bool:
@@ -157,14 +112,22 @@ def has_exercises(nb) -> bool:
 
 
 def write_student_notebooks(sources: list[Path], out_dir: Path) -> list[Path]:
+    """Write the exercise notebook of each chapter in ``sources`` that has exercises, byte for
+    byte what ``notebooks/exercises/`` holds for it."""
+    from tinyformer.course.reader import Book, dumps, find_root
+
     out_dir.mkdir(parents=True, exist_ok=True)
+    books: dict = {}
     written = []
     for path in sources:
         nb = nbformat.read(path, as_version=4)
         if not has_exercises(nb):
             continue
-        target = out_dir / path.name
-        nbformat.write(make_student(nb), target)
+        root = find_root(Path(path).parent) or find_root(Path.cwd())  # a copy outside the book: the one here
+        if root not in books:
+            books[root] = Book.load(root)
+        target = out_dir / Path(path).name
+        target.write_text(dumps(make_student(nb, Path(path).stem, books[root])), encoding="utf-8")
         written.append(target)
     return written
 

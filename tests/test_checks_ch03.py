@@ -1,0 +1,1098 @@
+"""Chapter 3's checks: every solution passes, every stub is 'not implemented yet', every registered
+mistake is caught by its own hint whatever the seed, and wrong answers written here, the way a
+learner would write them, fail with the hint that names their slip.
+
+The solutions and wrong answers below are written independently of ``tinyformer.course.ch03``. The
+references are checked against torch.nn.LayerNorm / RMSNorm, a block written from torch primitives
+(F.scaled_dot_product_attention), torch.nn.TransformerEncoderLayer's parameter count, and the
+library's FeedForward. The chapter notebook (book/03-transformer-block.ipynb) is optional here:
+the tests that read it are skipped while it does not exist.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tinyformer import blocks, checks
+from tinyformer.attention import MultiHeadAttention
+from tinyformer.course import ch03, engine, grade
+from tinyformer.student import make_student
+
+from conftest import BOOK, define, exercise_cells
+
+CHAPTER = ["layer_norm", "absolute_value_ffn", "block_forward", "block_params"]
+DRILLS = ["rms_norm"]
+ALL = CHAPTER + DRILLS
+SEEDS = range(5)
+NOTEBOOK = BOOK / "03-transformer-block.ipynb"
+
+# --------------------------------------------------------------------------- solutions (exercise cells)
+
+SOLUTIONS = {
+    "layer_norm": '''\
+import torch
+
+
+def layer_norm(x, gain, bias, eps=1e-5):
+    """Layer norm over the last axis of x (..., d); gain and bias: (d,)."""
+    # BEGIN SOLUTION
+    mean = x.mean(dim=-1, keepdim=True)                   # (..., 1)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)    # (..., 1), biased
+    x_hat = (x - mean) / torch.sqrt(var + eps)            # (..., d)
+    return x_hat * gain + bias
+    # END SOLUTION
+''',
+    "absolute_value_ffn": '''\
+import torch
+
+
+def absolute_value_ffn():
+    """W_1 (2, d_ff), b_1 (d_ff,), W_2 (d_ff, 2), b_2 (2,) such that
+    x + FFN(x) = (a, |a|) for every x = (a, 0)."""
+    # BEGIN SOLUTION
+    W_1 = torch.tensor([[1.0, -1.0],      # hidden units: relu(a), relu(-a)
+                        [0.0, 0.0]])
+    b_1 = torch.zeros(2)
+    W_2 = torch.tensor([[0.0, 1.0],       # both added into feature 1
+                        [0.0, 1.0]])
+    b_2 = torch.zeros(2)
+    return W_1, b_1, W_2, b_2
+    # END SOLUTION
+''',
+    "block_forward": '''\
+def block_forward(x, attn, ffn, ln_1, ln_2, norm):
+    """One transformer block from its parts; norm is "pre", "post" or
+    "parallel"."""
+    # BEGIN SOLUTION
+    if norm == "pre":
+        x = x + attn(ln_1(x))             # (B, T, d_model)
+        x = x + ffn(ln_2(x))
+    elif norm == "post":
+        x = ln_1(x + attn(x))
+        x = ln_2(x + ffn(x))
+    elif norm == "parallel":              # both sublayers read the same x
+        x = x + attn(ln_1(x)) + ffn(ln_2(x))
+    else:
+        raise ValueError("norm must be 'pre', 'post' or 'parallel', "
+                         f"got {norm!r}")
+    return x
+    # END SOLUTION
+''',
+    "block_params": '''\
+def block_params(d_model, n_heads, d_ff):
+    """The parameters of TransformerBlock(d_model, n_heads, d_ff)."""
+    # BEGIN SOLUTION
+    attention = 4 * (d_model * d_model + d_model)   # W_Q, W_K, W_V, W_O, biases
+    ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model   # W_1, b_1, W_2, b_2
+    norms = 2 * (d_model + d_model)                 # ln_1, ln_2: gain, bias
+    return attention + ffn + norms
+    # END SOLUTION
+''',
+    "rms_norm": '''\
+import torch
+
+
+def rms_norm(x, gain, eps=1e-6):
+    """RMS norm over the last axis of x (..., d); gain: (d,)."""
+    # BEGIN SOLUTION
+    rms = torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)   # (..., 1)
+    return x / rms * gain
+    # END SOLUTION
+''',
+}
+
+
+def solution(name):
+    return define(SOLUTIONS[name], checks.EXERCISES[name].function)
+
+
+def verdict_for(name, fn, seed=0):
+    ex = checks.EXERCISES[name]
+    cases = checks.cases_for(ex, seed)
+    return checks.judge(ex, cases, checks.run_cases(fn, cases))
+
+
+# --------------------------------------------------------------------------- wrong answers, as learners write them
+
+
+def learner_ln(stats_dim=-1, var="biased", eps_at="inside", eps_value=None, centre=True, affine="right"):
+    """A learner's layer norm with the slip chosen by the keywords."""
+    def layer_norm(x, gain, bias, eps=1e-5):
+        e = eps if eps_value is None else eps_value
+        kw = {} if stats_dim is None else {"dim": stats_dim, "keepdim": True}
+        mean = x.mean(**kw)
+        if var == "biased":
+            v = ((x - mean) ** 2).mean(**kw)
+        elif var == "unbiased":
+            v = x.var(**kw)
+        else:                                              # an unbiased torch.std, squared back
+            v = x.std(**kw) ** 2
+        top = x - mean if centre else x
+        bottom = {"inside": torch.sqrt(v + e), "outside": torch.sqrt(v) + e, "none": torch.sqrt(v),
+                  "variance": v + e}[eps_at]
+        x_hat = top / bottom
+        return {"right": gain * x_hat + bias, "none": x_hat, "no_gain": x_hat + bias, "no_bias": gain * x_hat,
+                "bias_first": gain * (x_hat + bias)}[affine]
+    return layer_norm
+
+
+def ln_annotated(x, gain, bias, eps=1e-5):
+    """The Annotated Transformer's formula: an unbiased std and eps outside the root."""
+    mean = x.mean(-1, keepdim=True)
+    std = x.std(-1, keepdim=True)
+    return gain * (x - mean) / (std + eps) + bias
+
+
+def ln_rms(x, gain, bias, eps=1e-5):
+    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps) * gain + bias
+
+
+def ln_no_keepdim(x, gain, bias, eps=1e-5):
+    mean = x.mean(-1)
+    return (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1) + eps) * gain + bias
+
+
+def ln_in_place(x, gain, bias, eps=1e-5):
+    x -= x.mean(-1, keepdim=True)
+    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps) * gain + bias
+
+
+def ln_float32(x, gain, bias, eps=1e-5):
+    return F.layer_norm(x.float(), (x.shape[-1],), gain.float(), bias.float(), eps)
+
+
+def ln_float32_inside(x, gain, bias, eps=1e-5):
+    """x.float() for the statistics; the float64 gain and bias bring the result back to float64."""
+    x = x.float()
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * gain + bias
+
+
+def ln_over_T_and_d(x, gain, bias, eps=1e-5):
+    """What nn.LayerNorm((T, d)) computes (without its own affine): statistics over the last two axes."""
+    return F.layer_norm(x, x.shape[-2:], eps=eps) * gain + bias
+
+
+def ln_float32_cast_back(x, gain, bias, eps=1e-5):
+    return ln_float32(x, gain, bias, eps).double()
+
+
+def ffn_returning(W_1, b_1, W_2, b_2):
+    def absolute_value_ffn():
+        return W_1, b_1, W_2, b_2
+    return absolute_value_ffn
+
+
+def t(rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+RIGHT_W_1, RIGHT_W_2 = t([[1, -1], [0, 0]]), t([[0, 1], [0, 1]])
+ZERO_2 = torch.zeros(2)
+
+
+def learner_pre(x, attn, ffn, ln_1, ln_2, slip):
+    """A learner's pre-norm branch with the slip ``slip``."""
+    if slip == "right":
+        x = x + attn(ln_1(x))
+        x = x + ffn(ln_2(x))
+    elif slip == "post_formula":
+        x = learner_post(x, attn, ffn, ln_1, ln_2, "right")
+    elif slip == "parallel_formula":
+        x = learner_parallel(x, attn, ffn, ln_1, ln_2, "right")
+    elif slip == "normed_stream":
+        x = ln_1(x)
+        x = x + attn(x)
+        x = ln_2(x)
+        x = x + ffn(x)
+    elif slip == "no_residual":
+        x = attn(ln_1(x))
+        x = ffn(ln_2(x))
+    elif slip == "ln_1_twice":
+        x = x + attn(ln_1(x))
+        x = x + ffn(ln_1(x))
+    elif slip == "lns_swapped":
+        x = x + attn(ln_2(x))
+        x = x + ffn(ln_1(x))
+    elif slip == "ffn_first":                                   # the two lines swapped
+        x = x + ffn(ln_2(x))
+        x = x + attn(ln_1(x))
+    elif slip == "ffn_first_ln_1":                              # the sublayers swapped, not the norms
+        x = x + ffn(ln_1(x))
+        x = x + attn(ln_2(x))
+    elif slip == "ffn_reads_x":                                 # the FFN reads the old name
+        h = x + attn(ln_1(x))
+        x = h + ffn(ln_2(x))
+    elif slip == "ffn_no_residual":                             # an unregistered slip
+        x = x + attn(ln_1(x))
+        x = ffn(ln_2(x))
+    elif slip == "no_norms":                                    # an unregistered slip
+        x = x + attn(x)
+        x = x + ffn(x)
+    return x
+
+
+def learner_post(x, attn, ffn, ln_1, ln_2, slip):
+    """A learner's post-norm branch with the slip ``slip``."""
+    if slip == "right":
+        x = ln_1(x + attn(x))
+        x = ln_2(x + ffn(x))
+    elif slip == "pre_formula":
+        x = learner_pre(x, attn, ffn, ln_1, ln_2, "right")
+    elif slip == "no_residual":
+        x = ln_1(attn(x))
+        x = ln_2(ffn(x))
+    elif slip == "ln_1_twice":
+        x = ln_1(x + attn(x))
+        x = ln_1(x + ffn(x))
+    elif slip == "lns_swapped":
+        x = ln_2(x + attn(x))
+        x = ln_1(x + ffn(x))
+    elif slip == "ffn_first":
+        x = ln_2(x + ffn(x))
+        x = ln_1(x + attn(x))
+    elif slip == "ffn_first_ln_1":
+        x = ln_1(x + ffn(x))
+        x = ln_2(x + attn(x))
+    elif slip == "norm_inside":
+        x = x + ln_1(attn(x))
+        x = x + ln_2(ffn(x))
+    elif slip == "ffn_reads_x":
+        h = ln_1(x + attn(x))
+        x = ln_2(h + ffn(x))
+    elif slip == "no_ln_2":
+        x = ln_1(x + attn(x))
+        x = x + ffn(x)
+    elif slip == "no_norms":                                    # an unregistered slip
+        x = x + attn(x)
+        x = x + ffn(x)
+    return x
+
+
+def learner_parallel(x, attn, ffn, ln_1, ln_2, slip):
+    """A learner's parallel branch with the slip ``slip``."""
+    if slip == "right":
+        return x + attn(ln_1(x)) + ffn(ln_2(x))
+    if slip == "pre_formula":                                   # done sequentially
+        return learner_pre(x, attn, ffn, ln_1, ln_2, "right")
+    if slip == "post_formula":
+        return learner_post(x, attn, ffn, ln_1, ln_2, "right")
+    if slip == "unhandled":
+        return x
+    if slip == "ln_1_twice":
+        h = ln_1(x)
+        return x + attn(h) + ffn(h)
+    if slip == "lns_swapped":
+        return x + attn(ln_2(x)) + ffn(ln_1(x))
+    if slip == "sublayers_swapped":
+        return x + ffn(ln_1(x)) + attn(ln_2(x))
+    if slip == "residual_twice":
+        a = x + attn(ln_1(x))
+        f = x + ffn(ln_2(x))
+        return a + f
+    if slip == "no_residual":
+        return attn(ln_1(x)) + ffn(ln_2(x))
+    if slip == "no_norms":                                      # an unregistered slip
+        return x + attn(x) + ffn(x)
+    raise AssertionError(slip)
+
+
+def learner_block(pre="right", post="right", parallel="right"):
+    """A learner's block_forward, written with if/elif, with the slips chosen by the keywords."""
+    def block_forward(x, attn, ffn, ln_1, ln_2, norm):
+        if norm == "pre":
+            return learner_pre(x, attn, ffn, ln_1, ln_2, pre)
+        if norm == "post":
+            return learner_post(x, attn, ffn, ln_1, ln_2, post)
+        return learner_parallel(x, attn, ffn, ln_1, ln_2, parallel)
+    return block_forward
+
+
+def block_else_post(x, attn, ffn, ln_1, ln_2, norm):
+    """Written for two placements: everything that is not "pre" goes to post-norm."""
+    if norm == "pre":
+        x = x + attn(ln_1(x))
+        return x + ffn(ln_2(x))
+    x = ln_1(x + attn(x))
+    return ln_2(x + ffn(x))
+
+
+def block_else_pre(x, attn, ffn, ln_1, ln_2, norm):
+    """Everything that is not "post" goes to pre-norm: the parallel block done sequentially."""
+    if norm == "post":
+        x = ln_1(x + attn(x))
+        return ln_2(x + ffn(x))
+    x = x + attn(ln_1(x))
+    return x + ffn(ln_2(x))
+
+
+def block_no_else(x, attn, ffn, ln_1, ln_2, norm):
+    if norm == "pre":
+        x = x + attn(ln_1(x))
+        x = x + ffn(ln_2(x))
+    elif norm == "post":
+        x = ln_1(x + attn(x))
+        x = ln_2(x + ffn(x))
+    return x
+
+
+def block_refuses(x, attn, ffn, ln_1, ln_2, norm):
+    if norm not in ("pre", "post"):
+        raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+    return block_no_else(x, attn, ffn, ln_1, ln_2, norm)
+
+
+def block_by_key(x, attn, ffn, ln_1, ln_2, norm):
+    forms = {"pre": lambda t: learner_pre(t, attn, ffn, ln_1, ln_2, "right"),
+             "post": lambda t: learner_post(t, attn, ffn, ln_1, ln_2, "right")}
+    return forms[norm](x)
+
+
+def block_unpacks(x, attn, ffn, ln_1, ln_2, norm):
+    out, _ = attn(ln_1(x))
+    x = x + out
+    return x + ffn(ln_2(x))
+
+
+def block_qkv(x, attn, ffn, ln_1, ln_2, norm):
+    h = ln_1(x)
+    x = x + attn(h, h, h)
+    return x + ffn(ln_2(x))
+
+
+def block_in_place(x, attn, ffn, ln_1, ln_2, norm):
+    if norm == "pre":
+        x += attn(ln_1(x))
+        x += ffn(ln_2(x))
+        return x
+    if norm == "parallel":
+        return x + attn(ln_1(x)) + ffn(ln_2(x))
+    x = ln_1(x + attn(x))
+    return ln_2(x + ffn(x))
+
+
+def block_no_return(x, attn, ffn, ln_1, ln_2, norm):
+    x = x + attn(ln_1(x))
+    x = x + ffn(ln_2(x))
+
+
+def counting(attn_mats=4, attn_bias=True, per_head=False, ffn_mats=2, ffn_bias=True, norms=2, per_norm=2,
+             four_d=False):
+    """A learner's parameter count with the slip chosen by the keywords."""
+    def block_params(d_model, n_heads, d_ff):
+        if four_d:
+            d_ff = 4 * d_model
+        heads = n_heads if per_head else 1
+        total = attn_mats * heads * d_model * d_model + (attn_mats * d_model if attn_bias else 0)
+        total += ffn_mats * d_model * d_ff + ((d_ff + d_model) if ffn_bias else 0)
+        return total + norms * per_norm * d_model
+    return block_params
+
+
+def params_with_ln_f(d_model, n_heads, d_ff):
+    """The block, and the final layer norm of the stack counted in it."""
+    attention = 4 * d_model * d_model + 4 * d_model
+    ffn = 2 * d_model * d_ff + d_ff + d_model
+    ln_1 = ln_2 = ln_f = 2 * d_model
+    return attention + ffn + ln_1 + ln_2 + ln_f
+
+
+def params_by_head_floats(d_model, n_heads, d_ff):
+    d_head = d_model / n_heads                               # a float
+    attention = 4 * n_heads * (d_model * d_head + d_head)
+    return attention + 2 * d_model * d_ff + d_ff + d_model + 4 * d_model
+
+
+def learner_rms(centre=False, eps_at="inside", eps_value=None, gain=True, reduce="mean", root=True):
+    def rms_norm(x, g, eps=1e-6):
+        e = eps if eps_value is None else eps_value
+        z = x - x.mean(-1, keepdim=True) if centre else x
+        sq = (z ** 2).sum(-1, keepdim=True) if reduce == "sum" else (z ** 2).mean(-1, keepdim=True)
+        if not root:
+            d = sq + e
+        else:
+            d = torch.sqrt(sq + e) if eps_at == "inside" else torch.sqrt(sq) + e
+        return z / d * g if gain else z / d
+    return rms_norm
+
+
+def rms_abs(with_eps):
+    def rms_norm(x, g, eps=1e-6):
+        return g * x / (x.abs().mean(-1, keepdim=True) + (eps if with_eps else 0.0))
+    return rms_norm
+
+
+def rms_no_keepdim(x, g, eps=1e-6):
+    return x / torch.sqrt((x ** 2).mean(-1) + eps) * g
+
+
+# (exercise, wrong function, a phrase its verdict must contain)
+WRONG = [
+    ("layer_norm", learner_ln(var="unbiased"), "divide by d - 1 by default"),
+    ("layer_norm", learner_ln(var="std"), "divide by d - 1 by default"),
+    ("layer_norm", learner_ln(eps_at="outside"), "eps goes inside the square root"),
+    ("layer_norm", ln_annotated, "two slips at once"),
+    ("layer_norm", learner_ln(stats_dim=0), "batch norm"),
+    ("layer_norm", learner_ln(stats_dim=-2), "the sequence axis (dim=-2)"),
+    ("layer_norm", learner_ln(stats_dim=None), "of the whole tensor"),
+    ("layer_norm", learner_ln(stats_dim=(-2, -1)), "as nn.LayerNorm((T, d_model)) would"),
+    ("layer_norm", ln_over_T_and_d, "as nn.LayerNorm((T, d_model)) would"),
+    ("layer_norm", ln_float32_inside, "part of your computation ran in float32"),
+    ("layer_norm", learner_ln(affine="none"), "gain and bias are missing"),
+    ("layer_norm", learner_ln(affine="no_gain"), "the gain is missing"),
+    ("layer_norm", learner_ln(affine="no_bias"), "the bias is missing"),
+    ("layer_norm", learner_ln(affine="bias_first"), "added before the gain"),
+    ("layer_norm", learner_ln(centre=False), "you divided x itself"),
+    ("layer_norm", ln_rms, "this is RMS norm"),
+    ("layer_norm", learner_ln(eps_at="variance"), "you divided by the variance"),
+    ("layer_norm", learner_ln(eps_value=1e-5), "the eps argument is ignored"),
+    ("layer_norm", learner_ln(eps_at="none"), "eps is missing"),
+    ("layer_norm", ln_no_keepdim, "pass keepdim=True (x.mean(dim=-1, keepdim=True))"),
+    ("layer_norm", ln_in_place, "changed its input `x` in place"),
+    ("layer_norm", ln_float32, "returned torch.float32 for torch.float64 inputs"),
+    ("layer_norm", ln_float32_cast_back, "computed in float32 and cast back"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: F.layer_norm(x, (x.shape[-1],), gain, bias, eps)[..., :-1],
+     "output shape"),
+    ("absolute_value_ffn", ffn_returning(t([[1, -1], [0, 0]]), ZERO_2, t([[1, 1], [-1, 1]]), ZERO_2),
+     "The FFN must return the CHANGE"),
+    ("absolute_value_ffn", ffn_returning(t([[1, 0], [0, 0]]), ZERO_2, t([[0, 1], [0, 0]]), ZERO_2),
+     "0 for negative a"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1, ZERO_2, -RIGHT_W_2, ZERO_2), "feature 1 is -|a|"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1.T, ZERO_2, RIGHT_W_2.T, ZERO_2), "column-vector convention"),
+    ("absolute_value_ffn", ffn_returning(t([[1, 0, -1], [0, 0, 0]]).T, torch.zeros(3), t([[0, 0, 0], [1, 0, 1]]),
+                                         ZERO_2), "column-vector convention"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1, ZERO_2, t([[1, 0], [1, 0]]), ZERO_2), "went into feature 0"),
+    ("absolute_value_ffn", ffn_returning(t([[1, -1], [0, math.nan]]), ZERO_2, RIGHT_W_2, ZERO_2), "NaN or inf"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1, torch.zeros(1, 2), RIGHT_W_2, ZERO_2),
+     "b_1 has shape (1, 2), expected (2,)"),
+    ("absolute_value_ffn", ffn_returning(t([[1, -1, 0], [0, 0, 0]]), ZERO_2, RIGHT_W_2, ZERO_2),
+     "b_1 has shape (2,), expected (3,)"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1, t([-0.5, 0]), RIGHT_W_2, ZERO_2),
+     "at x = (0.1, 0) the stream x + FFN(x) is (0.1, 0); it must be (0.1, 0.1)."),
+    ("absolute_value_ffn", lambda: (RIGHT_W_1, RIGHT_W_2), "returned a tuple of 2 items; return a tuple (W_1,"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1 > 0, ZERO_2, RIGHT_W_2, ZERO_2), "return real numbers"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1, ZERO_2, RIGHT_W_2, None), "b_2 is None"),
+    ("block_forward", learner_block(pre="post_formula"), "for norm='pre' you computed the post-norm block"),
+    ("block_forward", learner_block(pre="parallel_formula"), "for norm='pre' you computed the parallel block"),
+    ("block_forward", learner_block(pre="normed_stream"), "replaced the stream by its normalised version"),
+    ("block_forward", learner_block(pre="no_residual"), "for norm='pre' the residual additions are missing"),
+    ("block_forward", learner_block(pre="ln_1_twice"), "for norm='pre', ln_1 was used twice"),
+    ("block_forward", learner_block(pre="lns_swapped"), "for norm='pre', ln_1 and ln_2 are swapped"),
+    ("block_forward", learner_block(pre="ffn_first"), "for norm='pre', the FFN came before attention"),
+    ("block_forward", learner_block(pre="ffn_first_ln_1"), "for norm='pre', the FFN came first and took ln_1"),
+    ("block_forward", learner_block(pre="ffn_reads_x"), "for norm='pre' you computed the parallel block"),
+    ("block_forward", learner_block(post="pre_formula"), "for norm='post' you computed the pre-norm block"),
+    ("block_forward", learner_block(post="no_residual"), "for norm='post' the residual additions are missing"),
+    ("block_forward", learner_block(post="ln_1_twice"), "for norm='post', ln_1 was used twice"),
+    ("block_forward", learner_block(post="lns_swapped"), "for norm='post', ln_1 and ln_2 are swapped"),
+    ("block_forward", learner_block(post="ffn_first"), "for norm='post', the FFN came before attention"),
+    ("block_forward", learner_block(post="ffn_first_ln_1"), "for norm='post', the FFN came first and took ln_1"),
+    ("block_forward", learner_block(post="norm_inside"), "normalised the sublayer's output before adding"),
+    ("block_forward", learner_block(post="ffn_reads_x"), "the FFN read the block's input x instead of the first sum"),
+    ("block_forward", learner_block(post="no_ln_2"), "ln_2 is missing at the end"),
+    ("block_forward", learner_block(parallel="pre_formula"), "you computed the sequential pre-norm block"),
+    ("block_forward", block_else_pre, "you computed the sequential pre-norm block"),
+    ("block_forward", learner_block(parallel="post_formula"), "an `else` treats every norm other than 'pre'"),
+    ("block_forward", block_else_post, "an `else` treats every norm other than 'pre'"),
+    ("block_forward", learner_block(parallel="unhandled"), "returned x unchanged"),
+    ("block_forward", block_no_else, "returned x unchanged"),
+    ("block_forward", learner_block(parallel="ln_1_twice"), "ln_1 was used for both sublayers"),
+    ("block_forward", learner_block(parallel="lns_swapped"), "attention reads ln_1(x), the FFN ln_2(x)"),
+    ("block_forward", learner_block(parallel="sublayers_swapped"), "attention reads ln_1(x), the FFN ln_2(x)"),
+    ("block_forward", learner_block(parallel="residual_twice"), "x was added twice"),
+    ("block_forward", learner_block(parallel="no_residual"), "for norm='parallel' the residual is missing"),
+    ("block_forward", block_refuses, "your function refused norm='parallel'"),
+    ("block_forward", block_by_key, "is not among the keys you look up"),
+    ("block_forward", learner_block(pre="post_formula", post="pre_formula"), "the two placements are swapped"),
+    ("block_forward", learner_block(pre="parallel_formula", parallel="pre_formula"),
+     "'pre' and 'parallel' are swapped"),
+    ("block_forward", lambda x, attn, ffn, ln_1, ln_2, norm: learner_pre(x, attn, ffn, ln_1, ln_2, "right"),
+     "every case got the pre-norm block"),
+    ("block_forward", lambda x, attn, ffn, ln_1, ln_2, norm: learner_post(x, attn, ffn, ln_1, ln_2, "right"),
+     "every case got the post-norm block"),
+    ("block_forward", lambda x, attn, ffn, ln_1, ln_2, norm: learner_parallel(x, attn, ffn, ln_1, ln_2, "right"),
+     "every case got the parallel block"),
+    ("block_forward", learner_block(pre="no_residual", post="no_residual", parallel="no_residual"),
+     "there are no residual additions"),
+    ("block_forward", learner_block(pre="ln_1_twice", post="ln_1_twice", parallel="ln_1_twice"),
+     "ln_1 was used twice: the second sublayer"),
+    ("block_forward", learner_block(pre="lns_swapped", post="lns_swapped", parallel="lns_swapped"),
+     "ln_1 and ln_2 are swapped: ln_1 goes with attention"),
+    ("block_forward", learner_block(pre="ffn_first", post="ffn_first"), "before attention: attention (with ln_1)"),
+    ("block_forward", learner_block(pre="ffn_first_ln_1", post="ffn_first_ln_1", parallel="sublayers_swapped"),
+     "(ln_1 went to the FFN)"),
+    ("block_forward", learner_block(pre="ffn_reads_x", post="ffn_reads_x"), "let the FFN read that new x"),
+    ("block_forward", learner_block(pre="ln_1_twice", post="ln_1_twice"),
+     "wrong output for norm='pre' and norm='post' (norm='parallel' is right). Hint: for norm='pre', ln_1 was "
+     "used twice"),
+    ("block_forward", learner_block(post="no_ln_2", parallel="residual_twice"),
+     "wrong output for norm='post' and norm='parallel' (norm='pre' is right). Hint: for norm='post', ln_2 is "
+     "missing at the end"),
+    ("block_forward", learner_block(pre="ffn_no_residual"),
+     "wrong output for norm='pre' (norm='post' and norm='parallel' are right). Hint: pre-norm normalises"),
+    ("block_forward", learner_block(post="no_norms"), "Hint: post-norm adds first and normalises the sum"),
+    ("block_forward", learner_block(parallel="no_norms"), "Hint: the parallel block feeds the block's input x"),
+    ("block_forward", learner_block(pre="no_norms", post="no_norms", parallel="no_norms"),
+     "wrong values. Hint: pre: x = x + attn(ln_1(x))"),
+    ("block_forward", block_unpacks, "attn(x) returns one tensor"),
+    ("block_forward", block_qkv, "attn takes the stream alone"),
+    ("block_forward", block_in_place, "changed its input `x` in place (its output is right)"),
+    ("block_forward", block_no_return, "did you forget the `return` line?"),
+    ("block_forward", lambda x, *parts: (learner_block()(x, *parts), x), "return only the block's output"),
+    ("block_params", counting(attn_bias=False, ffn_bias=False), "the biases are missing"),
+    ("block_params", counting(norms=0), "the layer norms are missing"),
+    ("block_params", counting(ffn_bias=False), "the feed-forward network's biases are missing"),
+    ("block_params", counting(norms=3), "you counted three layer norms"),
+    ("block_params", params_with_ln_f, "you counted three layer norms"),
+    ("block_params", counting(per_norm=1), "short by 2·d_model"),
+    ("block_params", counting(norms=1), "short by 2·d_model"),
+    ("block_params", counting(attn_bias=False, ffn_bias=False, norms=0), "the weight matrices only"),
+    ("block_params", counting(per_head=True), "once per head"),
+    ("block_params", counting(four_d=True), "you assumed d_ff = 4·d_model"),
+    ("block_params", lambda d_model, n_heads, d_ff: 12 * d_model ** 2, "12·d_model² is the usual approximation"),
+    ("block_params", counting(ffn_mats=1), "you counted one"),
+    ("block_params", counting(attn_mats=3), "W_O (and its bias) is missing"),
+    ("block_params", params_by_head_floats, "the count is right but it is a float"),
+    ("block_params", lambda d_model, n_heads, d_ff: counting()(d_model, n_heads, d_ff) - 1,
+     "for d_model = 8, n_heads = 2, d_ff = 20 you counted 667; the block has 668"),
+    ("block_params", lambda d_model, n_heads, d_ff: (d_model, d_ff), "return the parameter count, an int"),
+    ("rms_norm", learner_rms(centre=True), "that is layer norm"),
+    ("rms_norm", learner_rms(eps_at="outside"), "eps goes inside the square root"),
+    ("rms_norm", learner_rms(gain=False), "the gain is missing"),
+    ("rms_norm", learner_rms(eps_value=1e-6), "the eps argument is ignored"),
+    ("rms_norm", learner_rms(reduce="sum"), "the vector's length"),
+    ("rms_norm", learner_rms(root=False), "divided by the mean square"),
+    ("rms_norm", rms_abs(with_eps=True), "the mean of |x|"),
+    ("rms_norm", rms_abs(with_eps=False), "the mean of |x|"),
+    ("rms_norm", rms_no_keepdim, "pass keepdim=True (x.pow(2)"),
+]
+WRONG_IDS = [f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)]
+
+
+@pytest.fixture(scope="module")
+def wrong_verdicts():
+    """The verdicts of every wrong answer: {index in WRONG: [verdict for seed in SEEDS]}."""
+    return {k: [verdict_for(n, fn, seed) for seed in SEEDS] for k, (n, fn, _) in enumerate(WRONG)}
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_chapter_three_registry():
+    ours = [n for n, ex in checks.EXERCISES.items() if ex.chapter == "03-transformer-block"]
+    assert ours == CHAPTER + DRILLS
+    assert [checks.EXERCISES[n].number for n in CHAPTER] == ["3.1", "3.2", "3.3", "3.4"]
+    assert all(checks.EXERCISES[n].drill and not checks.EXERCISES[n].number for n in DRILLS)
+    assert not any(checks.EXERCISES[n].drill for n in CHAPTER)
+    assert [checks.EXERCISES[n].function for n in ALL] == ALL
+    for name in ALL:
+        assert callable(getattr(checks, f"check_{name}")), name
+    assert grade._expected_exercises(BOOK / "03-transformer-block.ipynb", []) == CHAPTER
+
+
+# --------------------------------------------------------------------------- solutions and stubs
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_solution_passes(name, capsys):
+    verdict = getattr(checks, f"check_{name}")(solution(name))
+    line = capsys.readouterr().out.strip()
+    assert verdict.passed and bool(verdict), verdict.message
+    assert line.startswith("✓") and line == verdict.message
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_solution_passes_for_every_seed(name):
+    for seed in SEEDS:
+        assert verdict_for(name, solution(name), seed).passed, seed
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_stub_is_not_implemented(name, capsys):
+    cell = nbformat.v4.new_code_cell(SOLUTIONS[name], metadata={"tags": [f"exercise-{name}"]})
+    stub = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
+    function = checks.EXERCISES[name].function
+    assert f'raise NotImplementedError("{function} is not implemented yet")' in stub
+    verdict = checks.check(name, define(stub, function))
+    line = capsys.readouterr().out.strip()
+    assert verdict.status == checks.NOT_IMPLEMENTED and not verdict
+    assert line.startswith("✗") and "not implemented yet" in line and "it calls" not in line
+
+
+def test_a_block_that_calls_an_unfinished_layer_norm_is_told_so(capsys):
+    def block_forward(x, attn, ffn, ln_1, ln_2, norm):
+        def layer_norm(x, gain, bias, eps=1e-5):
+            raise NotImplementedError("layer_norm is not implemented yet")
+        return x + attn(layer_norm(x, ln_1.weight, ln_1.bias))
+
+    verdict = checks.check_block_forward(block_forward)
+    capsys.readouterr()
+    assert verdict.status == checks.NOT_IMPLEMENTED
+    assert verdict.message.endswith("it calls layer_norm, which is not implemented yet (Exercise 3.1).")
+
+
+# --------------------------------------------------------------------------- the chapter's own cells
+
+NOTEBOOK_SOLUTIONS = exercise_cells(NOTEBOOK) if NOTEBOOK.exists() else {}
+needs_notebook = pytest.mark.skipif(not NOTEBOOK.exists(), reason="book/03-transformer-block.ipynb not written yet")
+
+
+@needs_notebook
+def test_the_chapter_has_a_cell_for_every_checked_exercise():
+    missing = [n for n in CHAPTER if n not in NOTEBOOK_SOLUTIONS]
+    assert not missing, f"no cell tagged exercise-<name> for {missing}"
+
+
+@needs_notebook
+@pytest.mark.parametrize("name", sorted(NOTEBOOK_SOLUTIONS) or ["none"])
+def test_chapter_solution_passes_for_every_seed(name):
+    function = checks.EXERCISES[name].function
+    source = NOTEBOOK_SOLUTIONS[name]
+    assert f"def {function}(" in source, f"the exercise-{name} cell does not define {function}"
+    for seed in SEEDS:
+        verdict = verdict_for(name, define(source, function), seed)
+        assert verdict.passed, (seed, verdict.message)
+
+
+# --------------------------------------------------------------------------- the registered mistakes
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_registered_mistake_is_caught_by_its_own_hint(name):
+    ex = checks.EXERCISES[name]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        for wrong, hint in ex.mistakes:
+            verdict = checks.judge(ex, cases, checks.run_cases(wrong, cases))
+            assert not verdict and verdict.message.endswith(f"Hint: {hint}"), (seed, verdict.message)
+
+
+def _flat(out):
+    if isinstance(out, tuple):
+        return torch.cat([_flat(o) for o in out])
+    return out.reshape(-1).double() if isinstance(out, torch.Tensor) else torch.tensor([float(out)])
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_cases_tell_every_mistake_from_the_reference_and_the_others(name):
+    """On every seed, each mistake differs from the reference and from every other mistake."""
+    ex = checks.EXERCISES[name]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        runs = [checks.run_cases(ex.reference, cases)] + [checks.run_cases(w, cases) for w, _ in ex.mistakes]
+        flat = [torch.cat([_flat(o).double() for o in r.outputs]) for r in runs]
+        for a in range(len(flat)):
+            for b in range(a):
+                same = flat[a].shape == flat[b].shape and torch.allclose(flat[a], flat[b], rtol=1e-6, atol=1e-9)
+                assert not same, (seed, a, b)
+
+
+# --------------------------------------------------------------------------- learners' wrong answers
+
+
+@pytest.mark.parametrize("k", range(len(WRONG)), ids=WRONG_IDS)
+def test_wrong_answer_gets_its_hint_whatever_the_seed(k, wrong_verdicts):
+    name, _, phrase = WRONG[k]
+    verdicts = wrong_verdicts[k]
+    first = verdicts[0]
+    assert not first and first.status in (checks.FAIL, checks.ERROR), first.message
+    assert first.message.startswith("✗") and "could not judge" not in first.message
+    assert phrase in first.message, first.message
+    assert all(len(line) <= 88 for line in first.wrapped().splitlines())
+    assert [v.message for v in verdicts] == [first.message] * len(verdicts), "the verdict depends on the seed"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_registered_hint_is_earned_by_a_wrong_answer(name, wrong_verdicts):
+    earned = " ".join(wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name)
+    missing = [hint for hint in checks.EXERCISES[name].hints() if hint not in earned]
+    assert not missing, f"no test answer earns these hints of {name}: {missing}"
+
+
+def test_wrong_answers_get_different_verdicts(wrong_verdicts):
+    for name in ALL:
+        messages = [wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name]
+        phrases = [p for n, _, p in WRONG if n == name]
+        for a in range(len(messages)):
+            for b in range(a):
+                if phrases[a] != phrases[b]:
+                    assert messages[a] != messages[b], (name, phrases[a], phrases[b])
+
+
+def nearly(fn, rel):
+    return lambda *args: fn(*args) * (1 + rel)
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "block_forward", "rms_norm"])
+def test_nearly_right_fails(name, capsys):
+    for rel in (1e-4, 1e-7):
+        verdict = checks.check(name, nearly(solution(name), rel))
+        assert not verdict and verdict.status == checks.FAIL, (rel, verdict.message)
+    assert checks.check(name, nearly(solution(name), 1e-13))           # another order of the sums
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- other right answers pass
+
+
+def ln_var_mean(x, gain, bias, eps=1e-5):
+    var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + eps) * gain + bias
+
+
+def ln_moments(x, gain, bias, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mean ** 2               # E[x²] - E[x]²
+    return gain * (x - mean) / (var + eps).sqrt() + bias
+
+
+@pytest.mark.parametrize("right", [ln_var_mean, ln_moments,
+                                   lambda x, g, b, eps=1e-5: F.layer_norm(x, x.shape[-1:], g, b, eps),
+                                   lambda x, g, b, eps=1e-5: g * (x - x.mean(-1, keepdim=True))
+                                   / (x.var(-1, keepdim=True, unbiased=False) + eps) ** 0.5 + b])
+def test_other_right_layer_norms_pass(right):
+    for seed in SEEDS:
+        assert verdict_for("layer_norm", right, seed).passed
+
+
+@pytest.mark.parametrize("answer", [
+    ffn_returning(t([[2, -3], [0, 0]]), ZERO_2, t([[0, 0.5], [0, 1 / 3]]), ZERO_2),          # scaled units
+    ffn_returning(t([[1, -1, 5], [0, 0, 7]]), t([0, 0, -1]), t([[0, 1], [0, 1], [0, 0]]), ZERO_2),  # a spare unit
+    ffn_returning(t([[1, -1, 0], [0, 0, 0]]), t([0, 0, 1]), t([[0, 1], [0, 1], [0, -1]]), t([0, 1])),  # bias unit
+    ffn_returning(t([[1], [0]]) @ t([[1, -1]]), ZERO_2, RIGHT_W_2.double(), torch.zeros(2, dtype=torch.float64)),
+    lambda: ([[1, -1], [0, 0]], [0, 0], [[0, 1], [0, 1]], [0, 0]),                        # plain lists
+    lambda: (np.array([[1.0, -1.0], [0, 0]]), np.zeros(2), np.array([[0.0, 1.0], [0, 1]]), np.zeros(2)),
+])
+def test_any_network_that_computes_the_absolute_value_passes(answer, capsys):
+    verdict = checks.check_absolute_value_ffn(answer)
+    capsys.readouterr()
+    assert verdict.passed, verdict.message
+
+
+def test_block_params_accepts_whole_numbers_only(capsys):
+    right = solution("block_params")
+    assert checks.check_block_params(lambda *a: np.int64(right(*a)))
+    assert checks.check_block_params(lambda *a: torch.tensor(right(*a)))
+    for as_float in (lambda *a: float(right(*a)), lambda *a: torch.tensor(float(right(*a)))):
+        verdict = checks.check_block_params(as_float)
+        assert not verdict and "it is a float" in verdict.message
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- whatever is returned, no exception
+
+
+class Hostile:
+    def __len__(self):
+        raise RuntimeError("no len")
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def _raise(err):
+    def fn(*args):
+        raise err
+    return fn
+
+
+BAD = {
+    "runtime-error": _raise(RuntimeError("boom")),
+    "system-exit": _raise(SystemExit(3)),
+    "none": lambda *a: None,
+    "string": lambda *a: "a tensor",
+    "tuple": lambda *a: (torch.zeros(1), torch.zeros(1)),
+    "list": lambda *a: [torch.zeros(2, 2)],
+    "list-of-numbers": lambda *a: [1.0, 2.0],
+    "ndarray": lambda *a: np.zeros((2, 2)),
+    "dict": lambda *a: {"out": torch.zeros(1)},
+    "hostile": lambda *a: Hostile(),
+    "wrong-shape": lambda *a: torch.zeros(1),
+    "nan": lambda *a: torch.full((2, 2), math.nan, dtype=torch.float64),
+    "meta": lambda *a: torch.empty(3, 3, device="meta"),
+    "float16": lambda *a: torch.zeros(3, 4, 5, dtype=torch.float16),
+    "complex": lambda *a: torch.zeros(2, 2, dtype=torch.complex128),
+    "int": lambda *a: 7,
+    "bool": lambda *a: True,
+    "four-of-anything": lambda *a: ("W_1", None, [1.0, [2.0]], Hostile()),
+    "four-big": lambda *a: tuple(torch.zeros(3, 3, dtype=torch.float64) for _ in range(4)),
+    "module": lambda *a: nn.Linear(2, 2),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD), ids=list(BAD))
+@pytest.mark.parametrize("name", ALL)
+def test_any_wrong_answer_fails_without_raising(name, bad, capsys):
+    verdict = checks.check(name, BAD[bad])
+    line = capsys.readouterr().out.strip()
+    assert not verdict and line.startswith("✗") and verdict.message.startswith("✗")
+    assert "could not judge" not in verdict.message, verdict.message
+
+
+def test_another_device_is_named(capsys):
+    verdict = checks.check_layer_norm(lambda x, *a: torch.zeros_like(x, device="meta"))
+    capsys.readouterr()
+    assert not verdict and "a tensor on the meta device, which holds no values" in verdict.message
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def _leaves(case):
+    for item in case:
+        if isinstance(item, dict):
+            yield from _leaves(tuple(item[k] for k in sorted(item)))
+        elif isinstance(item, (tuple, list)):
+            yield from _leaves(tuple(item))
+        else:
+            yield item
+
+
+def same_cases(a, b) -> bool:
+    la, lb = [list(_leaves(c)) for c in a], [list(_leaves(c)) for c in b]
+    return len(la) == len(lb) and all(
+        len(x) == len(y) and all(type(u) is type(v) and (torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v)
+                                 for u, v in zip(x, y)) for x, y in zip(la, lb))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_seed_changes_the_inputs(name):
+    ex = checks.EXERCISES[name]
+    first = checks.cases_for(ex, 0)
+    assert same_cases(first, checks.cases_for(ex, 0))                 # reproducible
+    changed = [not same_cases(first, checks.cases_for(ex, seed)) for seed in SEEDS[1:]]
+    assert not any(changed) if name == "absolute_value_ffn" else all(changed)
+    assert all(x.dtype == torch.float64 for c in first for x in _leaves(c) if isinstance(x, torch.Tensor))
+
+
+def test_the_cases_are_built_to_expose_the_mistakes():
+    for seed in SEEDS:
+        for x, gain, bias, _ in checks.cases_for(checks.EXERCISES["layer_norm"], seed):
+            *lead, T, d = x.shape
+            assert 3 <= d <= 8 and T >= 2 and T != d and all(b >= 2 for b in lead)
+            assert gain.shape == bias.shape == (d,) and (gain - 1).abs().min() > 0 and bias.abs().min() > 0
+        eps_values = [c[-1] for c in checks.cases_for(checks.EXERCISES["layer_norm"], seed)]
+        assert 1e-5 in eps_values and max(eps_values) >= 0.05 and len(set(eps_values)) >= 3
+        small = checks.cases_for(checks.EXERCISES["layer_norm"], seed)[-1][0]
+        assert small.var(-1, unbiased=False).max() < 0.01                   # eps = 0.1 dominates
+        cases = checks.cases_for(checks.EXERCISES["block_forward"], seed)
+        assert sorted(c[-1] for c in cases) == ["parallel", "parallel", "post", "post", "pre", "pre"]
+        assert all(c[0].shape[0] in (1, 3) for c in cases) and cases[0][0].shape[0] == 3
+        for d_model, n_heads, _ in checks.cases_for(checks.EXERCISES["block_params"], seed):
+            assert n_heads >= 2 and d_model % n_heads == 0
+        assert sum(d_ff != 4 * d_model for d_model, _, d_ff in checks.cases_for(checks.EXERCISES["block_params"],
+                                                                                 seed)) >= 3
+
+
+def test_cases_travel_to_the_sandbox_and_back(tmp_path):
+    """The grader ships the cases with torch.save and reads them with weights_only=True; the
+    modules of Exercise 3.3 travel as their weights and are built again there."""
+    for name in ALL:
+        ex = checks.EXERCISES[name]
+        cases = checks.cases_for(ex, seed=3)
+        torch.save(cases, tmp_path / "cases.pt")
+        back = torch.load(tmp_path / "cases.pt", weights_only=True)
+        assert same_cases(cases, back)
+        for fn in (solution(name), BAD["tuple"], BAD["meta"], learner_block(pre="normed_stream")):
+            outcome = checks.run_cases(fn, back)
+            buf = io.BytesIO()
+            torch.save({"outputs": outcome.outputs, "error": outcome.error, "mutated": outcome.mutated}, buf)
+            buf.seek(0)
+            shipped = torch.load(buf, weights_only=True)
+            returned = checks.Outcome(outputs=shipped["outputs"], error=shipped["error"] and tuple(shipped["error"]),
+                                      mutated=shipped["mutated"])
+            assert checks.judge(ex, cases, returned) == checks.judge(ex, cases, checks.run_cases(fn, cases))
+
+
+def test_every_call_gets_fresh_modules(capsys):
+    """A function that wrecks the modules it was given changes nothing for the next call, nor for
+    the reference; and a check leaves the global random generator as it was."""
+    seen = []
+
+    def wrecks_its_modules(x, attn, ffn, ln_1, ln_2, norm):
+        out = learner_block()(x, attn, ffn, ln_1, ln_2, norm)
+        seen.append((attn, ln_1))
+        with torch.no_grad():
+            for module in (attn, ffn, ln_1, ln_2):
+                for p in module.parameters():
+                    p.zero_()
+        return out
+
+    state = torch.random.get_rng_state()
+    assert checks.check_block_forward(wrecks_its_modules)
+    assert checks.check_block_forward(solution("block_forward"))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    capsys.readouterr()
+    assert len({id(a) for a, _ in seen}) == len(seen) == 6
+    (x, attn, ffn, ln_1, ln_2, norm), = checks.cases_for(checks.EXERCISES["block_forward"])[:1]
+    built = engine._clone((attn, ln_1))
+    assert isinstance(built[0], MultiHeadAttention) and isinstance(built[1], blocks.LayerNorm)
+    assert all(p.dtype == torch.float64 and p.device.type == "cpu" for m in built for p in m.parameters())
+
+
+# --------------------------------------------------------------------------- the engine features chapter 3 uses
+
+
+def test_built_arguments_are_named_and_refused_when_unknown():
+    case = checks.cases_for(checks.EXERCISES["block_forward"])[0]
+    assert [engine.describe(a) for a in case[1:5]] == ["a MultiHeadAttention", "a FeedForward", "a LayerNorm",
+                                                       "a LayerNorm"]
+    with pytest.raises(ValueError, match="kind must be a registered builder"):
+        engine.built("NoSuchModule", config={})
+    with pytest.raises(ValueError, match="already registered"):
+        engine.register_builder("LayerNorm", lambda **fields: None)
+
+
+def test_a_wrong_shape_names_the_modules_not_their_weights(capsys):
+    verdict = checks.check_block_forward(lambda x, *parts: x[:, :1])
+    capsys.readouterr()
+    assert "output shape (3, 1, 8), expected (3, 4, 8) for x of shape (3, 4, 8), attn = a MultiHeadAttention, " \
+           "ffn = a FeedForward, ln_1 = a LayerNorm, ln_2 = a LayerNorm, norm = 'pre'." in verdict.message
+
+
+# --------------------------------------------------------------------------- the grader, end to end
+
+
+def _graded(tmp_path, sources, seed=5):
+    cells = [nbformat.v4.new_code_cell("from tinyformer import checks")]
+    for name, source in sources.items():
+        cells.append(nbformat.v4.new_code_cell(source, metadata={"tags": [f"exercise-{name}"]}))
+    path = tmp_path / "03-transformer-block.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    work = tmp_path / "work"
+    work.mkdir()
+    return {n: (status, message) for n, status, message in grade.grade_exercises(path, work, seed, 30)}
+
+
+def test_the_grader_judges_chapter_three_in_its_sandbox(tmp_path):
+    in_place = SOLUTIONS["block_forward"].replace("x = x + attn(ln_1(x))", "x += attn(ln_1(x))")
+    rows = _graded(tmp_path, {**SOLUTIONS, "block_forward": in_place})
+    assert list(rows) == CHAPTER + DRILLS
+    assert all(rows[n][0] == checks.PASS for n in ALL if n != "block_forward"), rows
+    assert rows["block_forward"][0] == checks.FAIL and "changed its input `x` in place" in rows["block_forward"][1]
+
+
+def test_the_grader_reports_stubs_and_missing_cells(tmp_path):
+    stubs = {}
+    for name in ("layer_norm", "block_forward"):
+        cell = nbformat.v4.new_code_cell(SOLUTIONS[name], metadata={"tags": [f"exercise-{name}"]})
+        stubs[name] = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
+    rows = _graded(tmp_path, stubs)
+    assert rows["layer_norm"][0] == rows["block_forward"][0] == checks.NOT_IMPLEMENTED
+    assert rows["absolute_value_ffn"][0] == rows["block_params"][0] == "missing" and "rms_norm" not in rows
+
+
+# --------------------------------------------------------------------------- the references
+
+
+def test_layer_norm_reference_is_torch_layer_norm_and_the_library():
+    for x, gain, bias, eps in checks.cases_for(checks.EXERCISES["layer_norm"], 2):
+        d = x.shape[-1]
+        torch_ln = nn.LayerNorm(d, eps=eps, dtype=torch.float64)
+        ours = blocks.LayerNorm(d, eps).double()
+        with torch.no_grad():
+            for m in (torch_ln, ours):
+                m.weight.copy_(gain)
+                m.bias.copy_(bias)
+            expected = torch_ln(x)
+            torch.testing.assert_close(checks.EXERCISES["layer_norm"].reference(x, gain, bias, eps), expected)
+            torch.testing.assert_close(ours(x), expected)
+
+
+def test_rms_norm_reference_is_torch_rms_norm_and_the_library():
+    for x, gain, eps in checks.cases_for(checks.EXERCISES["rms_norm"], 2):
+        d = x.shape[-1]
+        torch_rms = nn.RMSNorm(d, eps=eps, dtype=torch.float64)
+        ours = blocks.RMSNorm(d, eps).double()
+        with torch.no_grad():
+            for m in (torch_rms, ours):
+                m.weight.copy_(gain)
+            expected = torch_rms(x)
+            torch.testing.assert_close(checks.EXERCISES["rms_norm"].reference(x, gain, eps), expected)
+            torch.testing.assert_close(ours(x), expected)
+
+
+def block_by_hand(x, attn, ffn, ln_1, ln_2, norm):
+    """The block from the stored weights and torch primitives (F.scaled_dot_product_attention)."""
+    A, W, L1, L2 = attn["state"], ffn["state"], ln_1["state"], ln_2["state"]
+    H = attn["config"]["n_heads"]
+
+    def attention(t):
+        B, T, C = t.shape
+        q, k, v = (F.linear(t, A[f"{p}.weight"], A[f"{p}.bias"]).view(B, T, H, C // H).transpose(1, 2)
+                   for p in ("q_proj", "k_proj", "v_proj"))
+        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.linear(heads.transpose(1, 2).reshape(B, T, C), A["o_proj.weight"], A["o_proj.bias"])
+
+    def feed_forward(t):
+        return F.linear(F.gelu(F.linear(t, W["up_proj.weight"], W["up_proj.bias"])), W["down_proj.weight"],
+                        W["down_proj.bias"])
+
+    def norm_1(t):
+        return F.layer_norm(t, t.shape[-1:], L1["weight"], L1["bias"], 1e-5)
+
+    def norm_2(t):
+        return F.layer_norm(t, t.shape[-1:], L2["weight"], L2["bias"], 1e-5)
+
+    if norm == "pre":
+        x = x + attention(norm_1(x))
+        return x + feed_forward(norm_2(x))
+    if norm == "parallel":
+        return x + attention(norm_1(x)) + feed_forward(norm_2(x))
+    x = norm_1(x + attention(x))
+    return norm_2(x + feed_forward(x))
+
+
+def test_block_forward_reference_is_the_block_written_by_hand():
+    ex = checks.EXERCISES["block_forward"]
+    for case in checks.cases_for(ex, 4):
+        torch.testing.assert_close(ex.reference(*engine._clone(case)), block_by_hand(*case), rtol=1e-12, atol=1e-12)
+
+
+def test_block_forward_reference_is_a_transformer_block_with_the_same_weights():
+    ex = checks.EXERCISES["block_forward"]
+    for x, attn, ffn, ln_1, ln_2, norm in checks.cases_for(ex, 1):
+        if norm == "parallel":                       # not a TransformerBlock placement: block_by_hand checks it
+            continue
+        block = blocks.TransformerBlock(attn["config"]["d_model"], attn["config"]["n_heads"],
+                                        ffn["config"]["d_ff"], norm=norm).double()
+        state = {f"{prefix}.{k}": v for prefix, part in (("attn", attn), ("ffn", ffn), ("ln_1", ln_1),
+                                                          ("ln_2", ln_2)) for k, v in part["state"].items()}
+        block.load_state_dict(state)
+        with torch.no_grad():
+            torch.testing.assert_close(ex.reference(*engine._clone((x, attn, ffn, ln_1, ln_2, norm))), block(x),
+                                       rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("d_model", "n_heads", "d_ff"), [(8, 2, 20), (768, 12, 3072), (1024, 16, 4096),
+                                                          (100, 5, 333)])
+def test_block_params_reference_counts_what_torch_counts(d_model, n_heads, d_ff):
+    with torch.device("meta"):
+        torch_layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff)     # the same parts, other names
+    expected = sum(p.numel() for p in torch_layer.parameters())
+    closed_form = 4 * d_model ** 2 + 2 * d_model * d_ff + 9 * d_model + d_ff
+    assert ch03.block_params_reference(d_model, n_heads, d_ff) == expected == closed_form
+    assert blocks.block_param_count(d_model, d_ff) == expected
+
+
+def test_the_absolute_value_reference_works_in_the_library_feed_forward():
+    W_1, b_1, W_2, b_2 = ch03.absolute_value_reference()
+    ffn = blocks.FeedForward(2, W_1.shape[1], activation="relu").double()
+    with torch.no_grad():                            # nn.Linear stores W transposed: y = x Wᵀ + b
+        ffn.up_proj.weight.copy_(W_1.T)
+        ffn.up_proj.bias.copy_(b_1)
+        ffn.down_proj.weight.copy_(W_2.T)
+        ffn.down_proj.bias.copy_(b_2)
+        a = torch.linspace(-7, 7, 141, dtype=torch.float64)
+        x = torch.stack([a, torch.zeros_like(a)], dim=-1)
+        torch.testing.assert_close(x + ffn(x), torch.stack([a, a.abs()], dim=-1))
+    assert checks.check_absolute_value_ffn(ch03.absolute_value_reference)
