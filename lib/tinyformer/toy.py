@@ -25,6 +25,20 @@ from tinyformer.attention import MultiHeadAttention
 from tinyformer.setup import check_int
 
 
+def _require_ids(name: str, t, shape, shape_text: str,
+                 dtype_text: str) -> None:
+    """``t`` must be an integer tensor of ``shape`` (any 2-D shape when
+    ``shape`` is None); the errors name ``name`` and what was expected."""
+    if not isinstance(t, torch.Tensor) or (
+            t.dim() != 2 if shape is None else t.shape != shape):
+        got = (tuple(t.shape) if isinstance(t, torch.Tensor)
+               else type(t).__name__)
+        raise ValueError(f"{name} must {shape_text}, got {got}")
+    if t.dtype.is_floating_point or t.dtype.is_complex \
+            or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold {dtype_text}, got dtype {t.dtype}")
+
+
 class OneLayerAttention(nn.Module):
     """Embeddings → one ``MultiHeadAttention`` → linear read-out: the
     smallest model that attends.
@@ -51,15 +65,8 @@ class OneLayerAttention(nn.Module):
         self.readout = nn.Linear(d_model, self.n_outputs * self.vocab_size)
 
     def _check_idx(self, idx) -> None:
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-            got = (tuple(idx.shape) if isinstance(idx, torch.Tensor)
-                   else type(idx).__name__)
-            raise ValueError(f"idx must be a 2-D tensor of token ids (B, T), "
-                             f"got {got}")
-        if (idx.dtype.is_floating_point or idx.dtype.is_complex
-                or idx.dtype == torch.bool):
-            raise TypeError(f"idx must hold integer token ids, "
-                            f"got dtype {idx.dtype}")
+        _require_ids("idx", idx, None, "be a 2-D tensor of token ids (B, T)",
+                     "integer token ids")
         if not 1 <= idx.shape[1] <= self.block_size:
             raise ValueError(f"idx has {idx.shape[1]} positions; the model "
                              f"takes 1 to block_size={self.block_size}")
@@ -90,16 +97,10 @@ def next_token_loss(model: nn.Module, inputs: torch.Tensor,
     ``targets`` (B, T, n_outputs); a target of -100 means "no target" and
     is left out of the mean."""
     logits, _ = model(inputs, mask)       # (B, T, n_outputs, vocab_size)
-    if (not isinstance(targets, torch.Tensor)
-            or targets.shape != logits.shape[:-1]):
-        got = (tuple(targets.shape) if isinstance(targets, torch.Tensor)
-               else type(targets).__name__)
-        raise ValueError(f"targets must have shape (B, T, n_outputs) = "
-                         f"{tuple(logits.shape[:-1])}, got {got}")
-    if (targets.dtype.is_floating_point or targets.dtype.is_complex
-            or targets.dtype == torch.bool):
-        raise TypeError(f"targets must hold integer token ids (-100 for "
-                        f"none), got dtype {targets.dtype}")
+    _require_ids("targets", targets, logits.shape[:-1],
+                 f"have shape (B, T, n_outputs) = "
+                 f"{tuple(logits.shape[:-1])}",
+                 "integer token ids (-100 for none)")
     return F.cross_entropy(logits.flatten(0, 2), targets.flatten().long(),
                            ignore_index=-100)
 
