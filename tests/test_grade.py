@@ -9,6 +9,7 @@ import pytest
 from test_checks_ch02 import CHAPTER, SOLUTIONS
 
 from tinyformer import checks, grade
+from tinyformer.course import grade as course_grade
 
 EXERCISES = CHAPTER                  # the chapter's six exercises (drills are not expected in a notebook)
 NOTEBOOK_TIMEOUT = 25  # generous: a loaded CI machine starts kernels slowly
@@ -196,3 +197,93 @@ def test_student_notebooks_run_and_grade_as_not_implemented(tmp_path):
     for row in rows:
         assert row.run == "ok", row
         assert row.status == checks.NOT_IMPLEMENTED, row
+
+
+# --------------------------------------------------------------------------- identity and reports
+
+
+def _raw_notebook(cells, tinyformer=None):
+    """A notebook as plain JSON (so that malformed tags survive: nbformat would validate them away)."""
+    meta = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    if tinyformer is not None:
+        meta["tinyformer"] = tinyformer
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": meta,
+            "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {"tags": tags} if tags is not None else {},
+                       "source": src, "outputs": [], "execution_count": None}
+                      for i, (src, tags) in enumerate(cells)]}
+
+
+def test_identity_comes_from_metadata_and_falls_back_to_the_file_name(tmp_path):
+    meta = {"chapter": "02-attention", "exercises": EXERCISES[:2]}
+    chapter, expected, how = course_grade.identify(_raw_notebook([], meta), tmp_path / "whatever.ipynb")
+    # an edited exercise list cannot hide one of the chapter's exercises
+    assert (chapter, how) == ("02-attention", "metadata") and expected == EXERCISES
+    chapter, expected, how = course_grade.identify(_raw_notebook([]), tmp_path / "Copy of bob-02-attention.ipynb")
+    assert chapter == "02-attention" and expected == EXERCISES and "file name" in how
+    chapter, expected, how = course_grade.identify(_raw_notebook([]), tmp_path / "homework.ipynb")
+    assert (chapter, expected) == ("", []) and "no tinyformer metadata" in how
+
+
+def test_markdown_cells_are_escaped_and_cut():
+    cell = course_grade.md_cell("a|b\r\nc\n<img src=x onerror=alert(1)> ![](http://x/y.png) " + "z" * 1000)
+    assert "|" not in cell and "\n" not in cell and "\r" not in cell and "<img" not in cell
+    assert "![" not in cell and len(cell) < 400
+
+
+def test_renamed_copied_and_malformed_submissions(tmp_path):
+    """A renamed notebook grades by its metadata: a deleted exercise is missing, a copied cell counts
+    once (the last one wins), an unknown tag is ignored and reported, non-string tags do not crash;
+    files that are no notebook each get a row."""
+    import csv
+    import os
+
+    fn = {n: checks.EXERCISES[n].function for n in EXERCISES}
+    cells = [("import torch", [3, None]),
+             (f"def {fn['attention_by_hand']}(*args, **kwargs):\n    return None", ["exercise-attention_by_hand"]),
+             ("raise RuntimeError('half-finished')", ["exercise-sum_over_heads", 7])]
+    cells += [(SOLUTIONS[n], ["exercise-" + n]) for n in EXERCISES if n not in ("block_flops", "sum_over_heads")]
+    cells += [("x = 1", ["exercise-bonus_round"]), ("y = 2", "exercise-not-a-list")]
+    meta = {"chapter": "02-attention", "exercises": EXERCISES}
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "Copy of bob|renamed.ipynb").write_text(json.dumps(_raw_notebook(cells, meta)))
+    (folder / "notjson.ipynb").write_text("{ nope")
+    (folder / "adir.ipynb").mkdir()
+    (folder / "dangling.ipynb").symlink_to(tmp_path / "nowhere.ipynb")
+    os.mkfifo(folder / "fifo.ipynb")
+    out = tmp_path / "grades"
+    rows = grade.grade_folder(folder, out, timeout=NOTEBOOK_TIMEOUT, exercise_timeout=5, seed=1, progress=False)
+
+    mine = {r.exercise: r for r in rows if r.notebook == "Copy of bob|renamed.ipynb"}
+    assert set(mine) == set(EXERCISES) | {"bonus_round"}
+    assert mine["attention_by_hand"].status == checks.PASS            # the later, right copy wins
+    assert mine["block_flops"].status == "missing"
+    assert mine["bonus_round"].status == course_grade.IGNORED
+    assert mine["sum_over_heads"].status == checks.ERROR
+    assert mine["sum_over_heads"].error == "code cell 3: RuntimeError: half-finished"
+    assert all(r.identified_by == "metadata" and r.chapter == "02-attention" for r in mine.values())
+    assert mine["multi_head_attention"].seconds > 0
+    why = {r.notebook: r.message for r in rows if r.run == "unreadable"}
+    assert set(why) == {"notjson.ipynb", "adir.ipynb", "dangling.ipynb", "fifo.ipynb"}
+    assert "FIFO" in why["fifo.ipynb"] and "directory" in why["adir.ipynb"] and "link" in why["dangling.ipynb"]
+
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        table = {r["notebook"]: r for r in csv.DictReader(f)}
+    assert len(table) == 5
+    row = table["Copy of bob|renamed.ipynb"]
+    assert (row["total"], row["out_of"]) == (str(len(EXERCISES) - 2), str(len(EXERCISES)))
+    assert row["block_flops"] == "missing" and row["ignored_tags"] == "bonus_round" and "bonus_round" not in row
+    md = (out / "grades.md").read_text()
+    assert f"| Copy of bob&#124;renamed.ipynb | {len(EXERCISES) - 2} / {len(EXERCISES)} |" in md.splitlines()
+    assert json.loads((out / "grades.json").read_text())["summary"]["fifo.ipynb"]["exercises"] == 0
+
+
+def test_exit_status_when_nothing_could_be_graded(tmp_path):
+    (tmp_path / "broken.ipynb").write_text("not json")
+    assert grade.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 1
+    assert (tmp_path / "out" / "grades.csv").read_text().count("broken.ipynb") == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit) as stop:
+        grade.main([str(empty), "--out", str(tmp_path / "out2")])
+    assert stop.value.code != 0

@@ -8,9 +8,20 @@ old import path and command working.
 
 import sys
 
-from tinyformer.course.grade import Row, grade_exercises, grade_folder, grade_notebook, main, write_reports
+from tinyformer.course.grade import (
+    IGNORED,
+    Row,
+    grade_exercises,
+    grade_folder,
+    grade_notebook,
+    identify,
+    main,
+    md_cell,
+    write_reports,
+)
 
-__all__ = ["Row", "grade_exercises", "grade_folder", "grade_notebook", "main", "write_reports"]
+__all__ = ["IGNORED", "Row", "grade_exercises", "grade_folder", "grade_notebook", "identify", "main", "md_cell",
+           "write_reports"]
 
 if __name__ == "__main__":
     sys.exit(main())

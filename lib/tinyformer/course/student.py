@@ -34,8 +34,9 @@ _DEF = re.compile(r"^(?P<indent>\s*)def\s+(?P<name>\w+)\s*\(")
 
 def exercise_name(cell) -> str | None:
     """The check name of an exercise cell (its ``exercise-<name>`` tag), or None."""
-    for tag in cell.get("metadata", {}).get("tags", []):
-        if tag.startswith(EXERCISE_TAG):
+    tags = cell.get("metadata", {}).get("tags", [])
+    for tag in tags if isinstance(tags, list) else []:
+        if isinstance(tag, str) and tag.startswith(EXERCISE_TAG):
             return tag[len(EXERCISE_TAG):]
     return None
 
