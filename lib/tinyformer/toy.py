@@ -106,14 +106,17 @@ def next_token_loss(model: nn.Module, inputs: torch.Tensor,
 
 
 def train(model: nn.Module, make_batch, steps: int, lr: float = 1e-2,
-          seed: int = 1, progress: bool = False) -> list[float]:
+          seed: int = 1, progress: bool = False,
+          loss_fn=None) -> list[float]:
     """Adam on a fresh batch ``make_batch(generator)`` →
-    ``(inputs, targets)`` at every step.
+    ``(inputs, targets)`` at every step, minimising
+    ``loss_fn(model, *batch)`` (default: :func:`next_token_loss`).
 
     The generator is a CPU ``torch.Generator`` seeded with ``seed``, so the
     batches are the same on every device; they are moved to the model's
-    device. Returns the per-step losses (nats).
+    device. Returns the per-step losses (nats for the default loss).
     """
+    loss_fn = next_token_loss if loss_fn is None else loss_fn
     steps = check_int("steps", steps, minimum=0)
     gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=None))
     if not (isinstance(lr, (int, float)) and not isinstance(lr, bool)
@@ -131,7 +134,7 @@ def train(model: nn.Module, make_batch, steps: int, lr: float = 1e-2,
     for _ in trange(steps):
         batch = [t.to(device) if isinstance(t, torch.Tensor) else t
                  for t in make_batch(gen)]
-        loss = next_token_loss(model, *batch)
+        loss = loss_fn(model, *batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -242,22 +245,8 @@ def train_regression(model: nn.Module, make_batch, steps: int,
     fresh batch ``make_batch(generator) -> (x, y)`` at every step (a CPU
     generator seeded with ``seed``, batches moved to the model's device).
     Returns the per-step losses."""
-    steps = check_int("steps", steps, minimum=0)
-    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=None))
-    if not (isinstance(lr, (int, float)) and not isinstance(lr, bool)
-            and lr > 0):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    device = next(model.parameters()).device
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
-        x, y = (t.to(device) for t in make_batch(gen))
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return train(model, make_batch, steps, lr, seed,
+                 loss_fn=lambda m, x, y: F.mse_loss(m(x), y))
 
 
 def affine_floor(x: torch.Tensor, y: torch.Tensor) -> float:
