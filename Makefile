@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 DIR    ?= student
 BOOK_NOTEBOOKS := $(sort $(wildcard book/[0-9][0-9]-*.ipynb))
 
-.PHONY: install book test lint pytest nbval sync claims build html execute student grade bench clean browser readers
+.PHONY: install book test lint workflows pytest nbval sync claims build html execute student grade bench clean browser readers
 
 install: $(STAMP)
 
@@ -27,11 +27,15 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: $(STAMP) lint pytest nbval sync claims readers build html browser
+test: $(STAMP) lint workflows pytest nbval sync claims readers build html browser
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check lib tests tools benchmarks _ext
+
+# the GitHub Actions workflows: actionlint (with shellcheck), zizmor offline, actions pinned by commit
+workflows: $(STAMP)
+	$(PY) tools/lint_workflows.py
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest tests

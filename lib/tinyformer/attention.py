@@ -17,6 +17,7 @@ import numbers
 import torch
 import torch.nn as nn
 
+from tinyformer.positions import RotaryEmbedding
 from tinyformer.setup import check_int
 
 
@@ -207,19 +208,23 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None,
-                 scale=None):
+                 scale=None, rotate=None):
     """The core of multi-head attention, on projected queries, keys and
     values.
 
     q: ``(..., T_q, d_model)``; k, v: ``(..., T_k, d_model)``. Splits them
     into ``n_heads`` heads, masks (``causal`` needs ``T_q == T_k``;
     ``mask`` broadcasts to ``(..., n_heads, T_q, T_k)``), attends, and
-    concatenates the heads again. Returns ``(merged (..., T_q, d_model),
+    concatenates the heads again. ``rotate`` (optional) is applied to each
+    head's queries and keys before the scores, where rotary position
+    embeddings act (chapter 4). Returns ``(merged (..., T_q, d_model),
     weights (..., n_heads, T_q, T_k))``.
     """
     # (..., n_heads, T, d_head)
     q, k, v = (split_heads(t, n_heads) for t in (q, k, v))
     _check_qkv(q, k, v)
+    if rotate is not None:
+        q, k = rotate(q), rotate(k)        # rotary positions (chapter 4)
     T_q, T_k = q.shape[-2], k.shape[-2]
     if mask is not None:
         # validate the caller's mask before it is combined with anything
@@ -266,11 +271,13 @@ class MultiHeadAttention(nn.Module):
     o_proj``; head ``h`` uses the contiguous slice
     ``h·d_head : (h+1)·d_head`` of each, as ``torch.nn.MultiheadAttention``
     does, so weights map across one to one. ``scale`` multiplies the
-    scores (default 1/√d_head).
+    scores (default 1/√d_head). ``rotary=True`` rotates every head's
+    queries and keys by their positions (chapter 4's RoPE), in
+    ``self.rotary``.
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = True,
-                 bias: bool = True, scale=None):
+                 bias: bool = True, scale=None, rotary: bool = False):
         super().__init__()
         d_model = check_int("d_model", d_model)
         n_heads = check_int("n_heads", n_heads)
@@ -286,6 +293,9 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        if not isinstance(rotary, bool):
+            raise TypeError(f"rotary must be True or False, got {rotary!r}")
+        self.rotary = RotaryEmbedding(self.d_head) if rotary else None
 
     def _check_input(self, name: str, t) -> None:
         _require_tensor(name, t, 2)
@@ -314,11 +324,15 @@ class MultiHeadAttention(nn.Module):
                              "causal=False.")
         else:
             self._check_input("context", context)
+        if context is not x and self.rotary is not None:
+            raise ValueError("rotary positions need self-attention: the "
+                             "keys of context=... have no positions of "
+                             "their own to rotate by")
         q = self.q_proj(x)                            # (..., T_q, d_model)
         k = self.k_proj(context)                      # (..., T_k, d_model)
         v = self.v_proj(context)                      # (..., T_k, d_model)
         merged, weights = attend_heads(q, k, v, self.n_heads, self.causal,
-                                       mask, self.scale)
+                                       mask, self.scale, self.rotary)
         out = self.o_proj(merged)                     # (..., T_q, d_model)
         return (out, weights) if return_weights else out
 

@@ -135,12 +135,14 @@ class TransformerBlock(nn.Module):
         x = ln_1(x + attn(x));   x = ln_2(x + ffn(x))
 
     ``residual=False`` drops the two additions (an experiment, not a model).
+    ``rotary=True`` gives the attention rotary positions (chapter 4).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None,
                  norm: str = "pre", causal: bool = True, *,
                  bias: bool = True, activation: str = "gelu",
-                 residual: bool = True, eps: float = 1e-5):
+                 residual: bool = True, eps: float = 1e-5,
+                 rotary: bool = False):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
@@ -150,7 +152,8 @@ class TransformerBlock(nn.Module):
         d_model = check_int("d_model", d_model)
         self.norm, self.residual = norm, residual
         self.ln_1 = LayerNorm(d_model, eps)
-        self.attn = MultiHeadAttention(d_model, n_heads, causal, bias=bias)
+        self.attn = MultiHeadAttention(d_model, n_heads, causal, bias=bias,
+                                       rotary=rotary)
         self.ln_2 = LayerNorm(d_model, eps)
         self.ffn = FeedForward(d_model, d_ff, activation, bias)
         self.d_model = self.attn.d_model

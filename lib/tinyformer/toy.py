@@ -11,6 +11,10 @@ or one kind of sublayer), a regression task and its training loop, and
 measurements of a stack at initialisation: per-block gradient norms,
 per-block Jacobians, the size of each sublayer's output, and how alike the
 positions' vectors have become.
+
+Chapter 4 adds a small causal language model that differs between variants
+only in its position scheme (:class:`PositionLM`), its loss and per-position
+accuracy, and a reversal task whose rule depends on absolute positions.
 """
 
 from __future__ import annotations
@@ -376,9 +380,138 @@ def position_cosine(x: torch.Tensor) -> float:
     return float((off_diagonal / (T * (T - 1))).mean())
 
 
+# -----------------------------------------------------------------------------
+# Chapter 4: the same small model with each way of giving positions
+# -----------------------------------------------------------------------------
+
+POSITION_SCHEMES = ("none", "learned", "sinusoidal", "binary", "rotary")
+
+
+class PositionLM(nn.Module):
+    """A small causal language model that differs between variants only in
+    how it learns where a token sits: token embedding, plus an absolute
+    position table at the input (``"learned"``, ``"sinusoidal"``,
+    ``"binary"``), then a :class:`~tinyformer.blocks.TransformerStack`
+    whose attention rotates queries and keys (``"rotary"``) or not, then a
+    linear head. ``"none"`` gives no positions at all.
+
+    ``max_len`` bounds the learned table only (the other schemes have no
+    maximum; the binary one counts up to ``2**d_model``). Token ids
+    ``(B, T)`` give logits ``(B, T, vocab_size)``.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, n_layer: int = 2,
+                 n_heads: int = 4, positions: str = "learned",
+                 max_len: int = 64, causal: bool = True):
+        super().__init__()
+        from tinyformer.blocks import TransformerStack
+        from tinyformer.positions import LearnedPositions
+
+        if positions not in POSITION_SCHEMES:
+            raise ValueError(f"positions must be one of {POSITION_SCHEMES}, "
+                             f"got {positions!r}")
+        self.vocab_size = check_int("vocab_size", vocab_size)
+        self.d_model = check_int("d_model", d_model)
+        self.max_len = check_int("max_len", max_len)
+        if positions == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"d_model must be even for sinusoidal positions "
+                             f"(sin/cos pairs), got {self.d_model}")
+        self.positions = positions
+        self.tok = nn.Embedding(self.vocab_size, self.d_model)
+        self.stack = TransformerStack(n_layer, self.d_model, n_heads,
+                                      causal=causal,
+                                      rotary=positions == "rotary")
+        self.head = nn.Linear(self.d_model, self.vocab_size)
+        # made last, so that under one seed every scheme starts from the
+        # same token embedding, blocks and head
+        self.pos = (LearnedPositions(self.max_len, self.d_model)
+                    if positions == "learned" else None)
+
+    def position_table(self, T: int, offset: int = 0):
+        """The ``(T, d_model)`` vectors added at the input for positions
+        ``offset … offset+T-1``, or ``None`` (no positions, or rotary)."""
+        from tinyformer.positions import binary_positions, sinusoidal_positions
+
+        device = self.tok.weight.device
+        if self.positions == "learned":
+            return self.pos(T, offset)
+        if self.positions == "sinusoidal":
+            return sinusoidal_positions(T, self.d_model, offset=offset,
+                                        device=device)
+        if self.positions == "binary":
+            return binary_positions(T, self.d_model, offset=offset,
+                                    device=device)
+        return None
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        _require_ids("idx", idx, None, "be a 2-D tensor of token ids (B, T)",
+                     "integer token ids")
+        if self.positions == "learned" and idx.shape[1] > self.max_len:
+            raise ValueError(f"idx has {idx.shape[1]} positions, but the "
+                             f"learned table has max_len={self.max_len}")
+        # meta tensors (used to test devices) carry no values to check
+        if idx.device.type != "meta" and idx.numel() and (
+                idx.min() < 0 or idx.max() >= self.vocab_size):
+            raise ValueError(f"token ids in idx must lie in [0, vocab_size="
+                             f"{self.vocab_size}), got ids from "
+                             f"{int(idx.min())} to {int(idx.max())}")
+        x = self.tok(idx)                                   # (B, T, d_model)
+        table = self.position_table(idx.shape[1])           # (T, d_model)
+        if table is not None:
+            x = x + table
+        return self.head(self.stack(x))                     # (B, T, V)
+
+
+def token_loss(model: nn.Module, idx: torch.Tensor,
+               targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats) of ``model(idx)`` ``(B, T, V)`` against
+    ``targets`` ``(B, T)``; a target of -100 is left out."""
+    logits = model(idx)
+    _require_ids("targets", targets, logits.shape[:-1],
+                 f"have shape (B, T) = {tuple(logits.shape[:-1])}",
+                 "integer token ids (-100 for none)")
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten().long(),
+                           ignore_index=-100)
+
+
+@torch.no_grad()
+def accuracy_by_position(model: nn.Module, idx: torch.Tensor,
+                         targets: torch.Tensor) -> torch.Tensor:
+    """The fraction of the batch whose most likely token is the target, at
+    each position: shape ``(T,)``, NaN where no sequence has a target."""
+    logits = model(idx)                                     # (B, T, V)
+    _require_ids("targets", targets, logits.shape[:-1],
+                 f"have shape (B, T) = {tuple(logits.shape[:-1])}",
+                 "integer token ids (-100 for none)")
+    has = targets != -100
+    right = (logits.argmax(-1) == targets) & has
+    return right.sum(0).double() / has.sum(0).double()      # NaN where 0/0
+
+
+def reverse_batch(gen: torch.Generator, batch_size: int, vocab_size: int,
+                  n: int):
+    """Reverse ``n`` random tokens: the sequence ``x_0 … x_{n-1} SEP
+    x_{n-1} … x_0`` (``SEP`` is token 0, the others are drawn from
+    ``1 … vocab_size-1``), cut into next-token inputs ``(B, 2n)`` and
+    targets ``(B, 2n)``. Only the reversed half is a target (the first
+    ``n`` targets are -100): the input at position ``m >= n`` must predict
+    ``x_{2n-1-m}``."""
+    B = check_int("batch_size", batch_size)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=2)
+    n = check_int("n", n)
+    x = torch.randint(1, vocab_size, (B, n), generator=gen)
+    sep = torch.zeros(B, 1, dtype=torch.long)
+    seq = torch.cat([x, sep, x.flip(1)], dim=1)             # (B, 2n + 1)
+    targets = seq[:, 1:].clone()
+    targets[:, :n] = -100
+    return seq[:, :-1], targets
+
+
 __all__ = [
     "OneLayerAttention", "SUBLAYERS", "ZeroSublayer", "absolute_value_batch",
+    "POSITION_SCHEMES", "PositionLM", "accuracy_by_position",
     "affine_floor", "block_grad_norms", "block_jacobians", "lookback_batch",
     "next_token_loss", "position_cosine", "random_tokens", "remove_norms_",
-    "remove_sublayer_", "sublayer_output_rms", "train", "train_regression",
+    "remove_sublayer_", "reverse_batch", "sublayer_output_rms", "token_loss",
+    "train", "train_regression",
 ]

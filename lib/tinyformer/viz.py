@@ -5,7 +5,8 @@ so a chapter can place several plots in one figure and add its own titles and la
 them are schematics rather than plots of data: one attention head's dataflow
 (:func:`draw_head_dataflow`), the split-heads reshape of multi-head attention
 (:func:`draw_split_heads`), and a transformer block in either norm placement (:func:`draw_block`).
-Chapter 3's per-layer measurements are drawn with :func:`plot_per_layer`.
+Chapter 3's per-layer measurements are drawn with :func:`plot_per_layer`; Chapter 4 adds a schematic of
+where positions enter a model (:func:`draw_position_paths`).
 """
 
 from __future__ import annotations
@@ -451,5 +452,72 @@ def plot_per_layer(curves: dict, ax=None, *, ylabel: str = "",
     return ax
 
 
-__all__ = ["draw_block", "draw_head_dataflow", "draw_split_heads", "plot_attention", "plot_heads",
-           "plot_per_layer"]
+# --------------------------------------------------------------------------- chapter 4
+
+_POSITION_COLOUR = "#f9d5e5"       # whatever carries position information
+
+
+def draw_position_paths(ax=None):
+    """Draw where positions enter a model, in two panels side by side.
+
+    Left, an **absolute** scheme (learned, sinusoidal or binary): a table of
+    position vectors ``PE[t]`` is added to the token embeddings once, at the
+    input, and the blocks above see only the sum. Right, **rotary**
+    positions: nothing is added at the input; inside every attention layer
+    the queries and keys (never the values) are rotated by an angle
+    proportional to their position before the scores are taken. Patches that
+    carry positions have ``gid="position"``. Returns the ``Axes``; ``ax=None``
+    makes a new 8.8 x 5.4 in figure, the size the layout is made for.
+    """
+    ax = _schematic_axes(ax, 8.8, 5.4)
+    pink = _POSITION_COLOUR
+    # ---- left: absolute positions, added once
+    lx = 1.7
+    ax.text(2.2, 5.25, "absolute: added once, at the input", ha="center",
+            va="center", fontsize=_FONT, weight="bold")
+    _box(ax, lx, 0.45, 2.0, 0.45, "token ids (B, T)")
+    _arrow(ax, (lx, 0.68), (lx, 1.0))
+    _box(ax, lx, 1.25, 2.0, 0.5, "token embedding")
+    _arrow(ax, (lx, 1.5), (lx, 1.83))
+    _add_node(ax, lx, 2.0)
+    _box(ax, 3.35, 2.0, 1.5, 0.62, "position table\nPE[t]  (T, $d_\\mathrm{model}$)",
+         colour=pink, gid="position")
+    _arrow(ax, (2.6, 2.0), (lx + 0.17, 2.0))
+    _arrow(ax, (lx, 2.17), (lx, 2.6))
+    _box(ax, lx, 3.35, 2.6, 1.5, "", colour=_COLOURS["attn"], gid="blocks")
+    ax.text(lx, 3.35, "blocks 1 … L\n(attention and FFN)\nsee token + position\n"
+            "mixed in one vector", ha="center", va="center", fontsize=_FONT)
+    _arrow(ax, (lx, 4.1), (lx, 4.45))
+    _box(ax, lx, 4.7, 2.0, 0.45, "linear head → logits")
+    # ---- right: rotary positions, inside every attention layer
+    rx = 6.55
+    ax.text(rx, 5.25, "rotary: in every layer, on q and k", ha="center",
+            va="center", fontsize=_FONT, weight="bold")
+    _box(ax, rx, 0.45, 2.0, 0.45, "token ids (B, T)")
+    _arrow(ax, (rx, 0.68), (rx, 1.0))
+    _box(ax, rx, 1.25, 2.0, 0.5, "token embedding")
+    _arrow(ax, (rx, 1.5), (rx, 1.85))
+    _box(ax, rx, 3.1, 4.0, 2.5, "", colour=_COLOURS["attn"], gid="blocks")
+    ax.text(4.7, 4.2, "attention, in each of blocks 1 … L", ha="left",
+            va="center", fontsize=9, style="italic")
+    ax.plot([5.35, 7.75], [2.0, 2.0], color="#333333", lw=1.3)
+    ax.plot([rx, rx], [1.85, 2.0], color="#333333", lw=1.3)
+    for cx, name in ((5.35, "$W_Q$"), (6.55, "$W_K$"), (7.75, "$W_V$")):
+        _arrow(ax, (cx, 2.0), (cx, 2.19))
+        _box(ax, cx, 2.4, 0.9, 0.42, name, colour="white")
+    for cx, name in ((5.35, "rotate q\nby $t\\,\\theta_i$"),
+                     (6.55, "rotate k\nby $t\\,\\theta_i$")):
+        _arrow(ax, (cx, 2.61), (cx, 2.74))
+        _box(ax, cx, 3.05, 1.05, 0.62, name, colour=pink, gid="position")
+        _arrow(ax, (cx, 3.36), (cx, 3.59))
+    _arrow(ax, (7.75, 2.61), (7.75, 3.59))
+    ax.text(7.82, 3.1, "v: not\nrotated", ha="left", va="center", fontsize=9)
+    _box(ax, rx, 3.8, 3.6, 0.42, "scores, softmax, average of v",
+         colour="white")
+    _arrow(ax, (rx, 4.35), (rx, 4.47))
+    _box(ax, rx, 4.7, 2.0, 0.45, "linear head → logits")
+    return ax
+
+
+__all__ = ["draw_block", "draw_head_dataflow", "draw_position_paths", "draw_split_heads", "plot_attention",
+           "plot_heads", "plot_per_layer"]

@@ -1,0 +1,516 @@
+"""Chapter 4 (positions): the exercises, their test inputs, references, known mistakes and hints.
+
+Exercises 4.1-4.3 have checks (4.4 is an experiment and 4.5 a proof, without one). The drill
+``binary_table`` keeps a public check but is no exercise of the chapter notebook, so the grader does
+not expect it.
+
+Tables (4.1 and the drill) may be float32 or float64: their values are compared to 1e-4, well
+outside float32's rounding on these sizes and far inside every mistake. The shift matrix (4.2) is
+judged by what it does to [sin ωt, cos ωt] for a grid of t, and must be float64. RoPE (4.3) gets
+float64 inputs and must keep their dtype, as every chapter's tensor exercises do.
+
+Each known mistake is written in float64; a reader's version of it computed in float32 (the
+default dtype of ``torch.arange`` on floats and ``torch.tensor``) is still named, by the
+``diagnose`` hooks, which compare with a looser tolerance once the exact comparisons have failed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from tinyformer.course.engine import Exercise, register
+from tinyformer.positions import apply_rotary, binary_positions, sinusoidal_positions
+
+CHAPTER = "04-positions"
+F64 = torch.float64
+BASE = 10000.0
+
+
+def _randint(g: torch.Generator, low: int, high: int) -> int:
+    """A random int in [low, high]."""
+    return int(torch.randint(low, high + 1, (1,), generator=g))
+
+
+def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, dtype=F64)
+
+
+def _safe(diagnose: Callable) -> Callable:
+    """A diagnosis that gives up (None: the engine's own message) rather than raise."""
+    def guarded(cases, outputs, refs):
+        try:
+            return diagnose(cases, outputs, refs)
+        except Exception:  # noqa: BLE001 - an odd output must still get a verdict
+            return None
+    return guarded
+
+
+def _finite(outputs) -> bool:
+    return all(isinstance(o, torch.Tensor) and bool(torch.isfinite(o).all()) for o in outputs)
+
+
+def _close_all(outputs, others, atol: float) -> bool:
+    return all(o.shape == r.shape and bool(torch.allclose(o, r, rtol=0.0, atol=atol)) for o, r in zip(outputs, others))
+
+
+def _loose_mistake(mistakes, cases, outputs, atol: float) -> str | None:
+    """The hint of the first known mistake that the outputs equal to within ``atol`` (a reader's
+    version of the mistake computed in float32), or None."""
+    for wrong, hint in mistakes:
+        try:
+            theirs = [wrong(*case) for case in cases]
+        except Exception:  # noqa: BLE001 - a mistake that raises on these cases is not this one
+            continue
+        if _close_all(outputs, [t.to(F64) for t in theirs], atol):
+            return hint
+    return None
+
+
+# --------------------------------------------------------------------------- 4.1 the sinusoidal table
+
+
+TABLE_ATOL = 1e-4      # float32 tables are off by ~1e-5 at t ~ 40; every mistake by O(1)
+
+
+def _table_cases(g):
+    """(T, d), fixed sizes first (so the first failing case never depends on the seed): d >= 4 so
+    pairs 0 and 1 exist, T >= 3 so rows 1 and 2 tell the frequencies apart, T != d but for one
+    square case; then a random size."""
+    T, d = _randint(g, 3, 40), 2 * _randint(g, 2, 16)
+    return [(5, 4), (9, 6), (3, 8), (6, 6), (24, 16), (T, d)]
+
+
+def sinusoidal_table_reference(T: int, d: int) -> torch.Tensor:
+    return sinusoidal_positions(T, d, dtype=F64)
+
+
+def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divide=True, form="T,d"):
+    """The sinusoidal table with the mistakes named by the keywords; the defaults are right.
+
+    first: "sin" (even columns sin) or "cos". layout: "interleaved" or "blocks" (all sines, then all
+    cosines). exponent: "pair" (2i/d, i = j // 2, right), "column" (2j/d), "odd" (j/d: the odd
+    column's own exponent), "half" (i/d). start: the first position. divide: t / base^(...) (else
+    t * base^(...)). form: "T,d", "d,T" (transposed) or "1,T,d" (a batch axis in front).
+    """
+    def wrong(T, d):
+        t = torch.arange(start, start + T, dtype=F64)[:, None]            # (T, 1)
+        j = torch.arange(d, dtype=F64)                                     # (d,) column index
+        if layout == "interleaved":
+            i, is_sin = torch.div(j, 2, rounding_mode="floor"), j % 2 == 0
+        else:
+            i, is_sin = j % (d // 2), j < d // 2
+        power = {"pair": 2 * i / d, "column": 2 * j / d, "odd": j / d, "half": i / d}[exponent]
+        angle = t / BASE ** power if divide else t * BASE ** power         # (T, d)
+        s, c = (angle.sin(), angle.cos()) if first == "sin" else (angle.cos(), angle.sin())
+        PE = torch.where(is_sin, s, c)                                     # (T, d)
+        return {"T,d": PE, "d,T": PE.T.contiguous(), "1,T,d": PE[None]}[form]
+    return wrong
+
+
+TABLE_BLOCKS = ("you put all the sines first and all the cosines after them (columns 0..d/2-1, then d/2..d-1), a "
+                "layout some code bases use (tensor2tensor's, for one). This book interleaves them: column 2i holds "
+                "sin(t·θ_i), column 2i+1 cos(t·θ_i).")
+TABLE_BASE = ("the frequencies are θ_i = 1/10000^(2i/d): the base is 10000, as in Vaswani et al. (2017) and the "
+              "library's sinusoidal_positions.")
+TABLE_FREQ = ("the first pair (columns 0 and 1, frequency 1) is right but the later pairs are not: pair i turns by "
+              "θ_i = 1/10000^(2i/d) radians per position. The exponent counts pairs (2i/d, the same for columns 2i "
+              "and 2i+1), and t is divided by 10000^(2i/d), not multiplied.")
+TABLE_COLUMN_PAIRS = ("your exponent counts columns (2j/d with j = 2i, the column of pair i's sine): use the "
+                      "pair index i, θ_i = 1/10000^(2i/d), so pair i's exponent is 2i/d.")
+TABLE_INT = ("your table holds whole numbers only: it has an integer dtype (a tensor made from torch.arange(T), or "
+             "zeros_like of one), which cut every sine and cosine to 0 or ±1. Create it with a float dtype, "
+             "torch.zeros(T, d) or dtype=torch.float64.")
+TABLE_HALF = ("your table is right to about 1e-3 only, the precision of float16 or bfloat16: build it in float32 "
+              "or float64.")
+
+
+def _fitted_base(T: int, d: int, PE: torch.Tensor) -> float | None:
+    """The base of the interleaved table PE if it is one, read off pair 1 at t = 1; else None."""
+    omega = math.atan2(PE[1, 2].item(), PE[1, 3].item())                  # θ_1 = base^(-2/d), in (0, 1]
+    if not 0 < omega < 1:
+        return None
+    return omega ** (-d / 2)
+
+
+def _sines_then_cosines(cases, outputs) -> bool:
+    """Is every table [sin(t·ω_i) | cos(t·ω_i)] for some frequencies ω_i, the blocks layout?"""
+    for (T, d), PE in zip(cases, outputs):
+        h = d // 2
+        if PE.shape != (T, d) or not torch.allclose(PE[0], torch.cat([torch.zeros(h), torch.ones(h)]).to(F64),
+                                                    rtol=0.0, atol=TABLE_ATOL):
+            return False
+        if not torch.allclose(PE[:, :h] ** 2 + PE[:, h:] ** 2, torch.ones(T, h, dtype=F64), rtol=0.0, atol=1e-3):
+            return False
+    return True
+
+
+def _diagnose_table(cases, outputs, refs):
+    if not _finite(outputs):
+        return None
+    if all(bool((o == o.round()).all()) for o in outputs) and any(bool(o.any()) for o in outputs):
+        return f"wrong values. Hint: {TABLE_INT}"
+    if _close_all(outputs, refs, 1e-2):
+        return f"wrong values. Hint: {TABLE_HALF}"
+    (T, d), PE = cases[0], outputs[0]
+    if PE.shape == (T, d):
+        base = _fitted_base(T, d, PE)
+        if base is not None and abs(base / BASE - 1) > 1e-3 and _close_all(
+                outputs, [sinusoidal_positions(T_, d_, base, dtype=F64) for T_, d_ in cases], TABLE_ATOL):
+            rounded = float(f"{base:.3g}")                                    # 3 digits: float32 tables too
+            said = f"{rounded:.0f}" if rounded >= 100 else f"{rounded:g}"
+            if abs(base / BASE ** 2 - 1) < 1e-2:                              # 10000^(2j/d) with j = 2i
+                return (f"your table is the interleaved sinusoidal table with base ≈ {said} = 10000². Hint: "
+                        f"{TABLE_COLUMN_PAIRS}")
+            return f"your table is the interleaved sinusoidal table with base ≈ {said}. Hint: {TABLE_BASE}"
+    if _sines_then_cosines(cases, outputs):
+        return (f"your table has the sines in its first d/2 columns and the cosines in the last, with other "
+                f"frequencies than θ_i = 1/10000^(2i/d) as well. Hint: {TABLE_BLOCKS}")
+    if all(o.shape == r.shape and bool(torch.allclose(o[:, :2], r[:, :2], rtol=0.0, atol=TABLE_ATOL))
+           for o, r in zip(outputs, refs)):
+        return f"wrong values. Hint: {TABLE_FREQ}"
+    return None
+
+
+register(Exercise(
+    name="sinusoidal_table", number="4.1", function="sinusoidal_table", chapter=CHAPTER, args=("T", "d"),
+    make_cases=_table_cases, reference=sinusoidal_table_reference,
+    returns="the (T, d) table, a float32 or float64 tensor",
+    exact_dtype=False, rtol=0.0, atol=TABLE_ATOL,
+    mistakes=[
+        (_table(first="cos"), "sines and cosines are swapped: the even columns 2i hold sin(t·θ_i) and the odd "
+                              "columns 2i+1 cos(t·θ_i), so row 0 reads 0, 1, 0, 1, …"),
+        (_table(layout="blocks"), TABLE_BLOCKS),
+        (_table(exponent="column"), "yours uses the column index j = 0..d-1 in the exponent, 10000^(2j/d), as "
+                                    "some notes write it; it should use the pair index i = j // 2, so columns 2i "
+                                    "and 2i+1 share the frequency θ_i = 1/10000^(2i/d)."),
+        (_table(exponent="odd"), "the odd column 2i+1 got its own exponent, (2i+1)/d: both columns of pair i share "
+                                 "one frequency, so the cosine uses the exponent 2i/d of the sine beside it."),
+        (_table(exponent="half"), "the exponent is 2i/d, not i/d: θ_i = 1/10000^(2i/d). With i/d the slowest "
+                                  "frequency is only about 1/100 (your table is the one with base 100)."),
+        (_table(start=1), "your rows start at position 1: row t is position t, so row 0 is sin 0 = 0 and "
+                          "cos 0 = 1 in every pair (torch.arange(T) starts at 0)."),
+        (_table(divide=False), "you multiplied t by 10000^(2i/d): divide by it, θ_i = 1/10000^(2i/d), so that each "
+                               "pair turns more slowly than the one before (the last about 1/10000 radian per "
+                               "position)."),
+        (_table(form="d,T"), "your table is transposed, (d, T): it has one row per position, shape (T, d)."),
+        (_table(form="1,T,d"), "you returned shape (1, T, d), with a batch axis in front (what a module adds with "
+                               "unsqueeze(0) to broadcast over a batch): return the table itself, (T, d)."),
+    ],
+    error_hints=[
+        (RuntimeError, r"must match the size of tensor",
+         "the T positions and the d/2 frequencies must broadcast into a (T, d/2) table of angles: make the "
+         "positions a column, torch.arange(T)[:, None] of shape (T, 1), against a row of d/2 frequencies."),
+        (ValueError, r"only one element tensors can be converted to Python scalars",
+         "math.sin and math.cos take one number: for a tensor of angles use torch.sin and torch.cos."),
+    ],
+    diagnose=_safe(_diagnose_table), diagnose_hints=(TABLE_BASE, TABLE_FREQ, TABLE_INT, TABLE_HALF),
+    generic_hint="build the (T, d/2) angles t·θ_i with t = 0..T-1 and θ_i = 1/10000^(2i/d), then put their sines "
+                 "in the even columns and their cosines in the odd ones; compare row 1 with a hand computation "
+                 "for d = 4.",
+))
+
+
+# --------------------------------------------------------------------------- 4.2 the shift matrix
+
+
+SHIFT_T = torch.tensor([-7.0, -2.0, -0.5, 0.0, 0.5, 1.0, 3.0, 10.0, 250.0], dtype=F64)   # t, any real number
+SHIFT_ATOL = 1e-9
+
+
+def _shift_cases(g):
+    """(omega, k): frequencies of the table (1, 10000^(-2i/d) for d = 8: 0.1, 0.01, 0.001) and one
+    drawn at random; shifts 0, positive and negative. Fixed cases first."""
+    omega = 0.05 + 1.45 * torch.rand(1, generator=g, dtype=F64).item()
+    k = _randint(g, 1, 9) * (1 if _randint(g, 0, 1) else -1)
+    return [(1.0, 3), (0.1, -2), (0.01, 5), (1.0, 0), (BASE ** -0.75, 7), (1.0, -1), (omega, k)]
+
+
+def shift_matrix_reference(omega: float, k: int) -> torch.Tensor:
+    """M for row vectors: [sin ωt, cos ωt] @ M = [sin ω(t+k), cos ω(t+k)]."""
+    c, s = math.cos(omega * k), math.sin(omega * k)
+    return torch.tensor([[c, -s], [s, c]], dtype=F64)
+
+
+def sin_cos_rows(omega: float, t: torch.Tensor) -> torch.Tensor:
+    """The row vectors [sin ωt, cos ωt], one per t: (len(t), 2)."""
+    return torch.stack([torch.sin(omega * t), torch.cos(omega * t)], dim=-1)
+
+
+def _shift_ok(case, M, ref) -> bool:
+    omega, k = case
+    moved = sin_cos_rows(omega, SHIFT_T) @ M                              # (n, 2)
+    return bool(torch.isfinite(M).all() and torch.allclose(moved, sin_cos_rows(omega, SHIFT_T + k), rtol=0.0,
+                                                            atol=SHIFT_ATOL))
+
+
+def _shift(angle: Callable[[float, int], float], signs=(-1, 1)):
+    """A shift matrix [[cos a, s0·sin a], [s1·sin a, cos a]] with a = angle(omega, k)."""
+    def wrong(omega, k):
+        a = angle(omega, k)
+        c, s = math.cos(a), math.sin(a)
+        return torch.tensor([[c, signs[0] * s], [signs[1] * s, c]], dtype=F64)
+    return wrong
+
+
+SHIFT_TRANSPOSED = ("your M is the transpose of the right one, which turns the other way (it shifts by -k): you "
+                    "wrote M for column vectors, M @ v; the book multiplies row vectors, v @ M, with "
+                    "v = [sin ωt, cos ωt] (sine first); or you used R(ωk) of the rotary section: with sine "
+                    "first the shift is R(−ωk).")
+SHIFT_NONFINITE = "your matrix contains NaN or inf: its entries are the cosine and the sine of one angle."
+SHIFT_PRECISION = ("your M is right to float32's precision only: build it with dtype=torch.float64 (torch.tensor(...) "
+                   "without a dtype makes float32, whose ~1e-7 rounding is far outside the check's tolerance).")
+SHIFT_SCALED = ("a shift keeps every pair (sin ωt, cos ωt) on the unit circle (sin² + cos² = 1), so M is a rotation, "
+                "with no extra factor.")
+SHIFT_ANGLE = ("in k positions the angle ωt grows by ωk, so M turns by ωk: expand sin(ωt + ωk) and cos(ωt + ωk) with "
+               "the angle-addition formulas and read off the coefficients of sin ωt and cos ωt.")
+SHIFT_REFLECTION = ("your M is a reflection (determinant -1), not a rotation: check the signs against "
+                    "sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b.")
+SHIFT_NOT_ROTATION = ("your M is not a rotation (MᵀM ≠ I), so it changes the length of [sin ωt, cos ωt], which is "
+                      "always 1: every entry is ±cos ωk or ±sin ωk.")
+
+SHIFT_MISTAKES = [
+    (_shift(lambda omega, k: omega * k, signs=(1, -1)), SHIFT_TRANSPOSED),
+    (_shift(lambda omega, k: k), "the angle is ωk, not k: k positions advance the angle ωt by ω·k."),
+    (_shift(lambda omega, k: omega), "the angle is ωk, not ω: k is the number of positions the matrix shifts "
+                                     "by (your M shifts by one position whatever k is)."),
+    (_shift(lambda omega, k: omega * k, signs=(1, 1)),
+     "both sin ωk entries are positive: one of them has a minus sign, from "
+     "cos(ωt + ωk) = cos ωt cos ωk - sin ωt sin ωk."),
+    (lambda omega, k: torch.tensor([math.sin(omega * k), math.cos(omega * k)], dtype=F64),
+     "you returned the vector [sin ωk, cos ωk], the encoding of position k: return the (2, 2) matrix M that "
+     "takes [sin ωt, cos ωt] to [sin ω(t+k), cos ω(t+k)] for every t."),
+]
+
+
+def _wrap(angle: float) -> float:
+    """The angle in (-π, π]."""
+    return math.atan2(math.sin(angle), math.cos(angle))
+
+
+def _diagnose_shift(cases, outputs, refs):
+    if not _finite(outputs):
+        return f"wrong output. Hint: {SHIFT_NONFINITE}"
+    if _close_all(outputs, refs, 1e-5):
+        return f"wrong values. Hint: {SHIFT_PRECISION}"
+    hint = _loose_mistake(SHIFT_MISTAKES, cases, outputs, 1e-5)
+    if hint is not None:
+        return f"wrong matrix (and float32: pass dtype=torch.float64). Hint: {hint}"
+    eye = torch.eye(2, dtype=F64)
+    for (omega, k), M, ref in zip(cases, outputs, refs):
+        if _shift_ok((omega, k), M, ref):
+            continue
+        at = f"for omega = {omega:g}, k = {k}"
+        G, det = M.T @ M, torch.linalg.det(M).item()
+        scale = math.sqrt(abs(det))
+        rotation = det > 0 and bool(torch.allclose(G, scale ** 2 * eye, rtol=1e-6, atol=1e-9))  # times a factor
+        if rotation and abs(scale - 1) > 1e-6 and torch.allclose(M / scale, ref, rtol=1e-6, atol=1e-9):
+            return f"{at} your M is {scale:.4g} times the right rotation. Hint: {SHIFT_SCALED}"
+        if rotation and abs(scale - 1) <= 1e-6:
+            got, want = _wrap(math.atan2(M[1, 0].item(), M[0, 0].item())), _wrap(omega * k)
+            return (f"{at} your M advances the angle ωt by {got:.4g} rad; k positions advance it by "
+                    f"ωk = {want:.4g} rad (mod 2π). Hint: {SHIFT_ANGLE}")
+        if det < 0 and torch.allclose(G, eye, rtol=1e-6, atol=1e-9):
+            return f"{at}: wrong matrix. Hint: {SHIFT_REFLECTION}"
+        return f"{at}: wrong matrix. Hint: {SHIFT_NOT_ROTATION}"
+    return None
+
+
+register(Exercise(
+    name="shift_matrix", number="4.2", function="shift_matrix", chapter=CHAPTER, args=("omega", "k"),
+    make_cases=_shift_cases, reference=shift_matrix_reference,
+    returns="the (2, 2) float64 matrix M with [sin ωt, cos ωt] @ M = [sin ω(t+k), cos ω(t+k)]",
+    exact_dtype=False, rtol=1e-9, atol=1e-10, compare=_shift_ok, mistakes=SHIFT_MISTAKES,
+    error_hints=[
+        (TypeError, r"must be Tensor, not (float|int)",
+         "omega and k are plain Python numbers: math.cos and math.sin take them (torch.cos and torch.sin need "
+         "tensors); then build M with torch.tensor(..., dtype=torch.float64)."),
+        (TypeError, r"missing 1 required positional argument",
+         "M depends on omega and k only: the check calls shift_matrix(omega, k). If your M needs t, expand "
+         "sin(ω(t+k)) and cos(ω(t+k)) with the angle-addition formulas: t stays in the vector, not in M."),
+    ],
+    diagnose=_safe(_diagnose_shift),
+    diagnose_hints=(SHIFT_NONFINITE, SHIFT_PRECISION, SHIFT_SCALED, SHIFT_ANGLE, SHIFT_REFLECTION,
+                    SHIFT_NOT_ROTATION),
+    generic_hint="write [sin ωt, cos ωt] @ M out entry by entry and match it with the angle-addition formulas for "
+                 "sin(ωt + ωk) and cos(ωt + ωk).",
+))
+
+
+# --------------------------------------------------------------------------- 4.3 rotary embeddings
+
+
+ROPE_ATOL = 1e-10      # float64 angles up to 4096 rad, computed in any order, agree to ~1e-12
+
+
+def _rope_cases(g):
+    """(x, offset) with x (..., T, d): no leading axis, a batch axis, batch and head axes (B, H and T
+    all different, so positions along the wrong axis raise), d >= 4 (two pairs at least, d/2 odd
+    once), offsets 0, small and large; one case leaves offset to its default."""
+    shapes_offsets = (((5, 8), 0), ((2, 6, 4), 3), ((2, 3, 5, 8), 1000), ((3, 4, 6), 0),
+                      ((1, 2, 4, 16), 4096), ((3, 2, 12), 17))
+    cases = [(_randn(g, *shape), offset) for shape, offset in shapes_offsets]
+    cases.append((_randn(g, 2, 7, 6),))                                   # rope(x): offset 0 by default
+    return cases
+
+
+def rope_reference(x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    return apply_rotary(x, offset)
+
+
+def _rope(*, layout="interleaved", direction=1, use_offset=True, start=0, exponent="pair", pairs="all"):
+    """RoPE with the mistakes named by the keywords; the defaults are right.
+
+    layout: "interleaved" (x[2i] with x[2i+1]) or "half" (x[i] with x[i + d/2], GPT-NeoX/Llama).
+    direction: 1, or -1 (the sign of sin flipped). use_offset: add offset to the positions. start:
+    added to the positions. exponent: "pair" (2i/d), "half" (i/d), "column" (2·2i/d) or "same"
+    (0: every pair at frequency 1). pairs: "all", "first" (only pair 0 turns) or "none".
+    """
+    def wrong(x, offset=0):
+        T, d = x.shape[-2], x.shape[-1]
+        p = torch.arange(T, dtype=F64) + (offset if use_offset else 0) + start          # (T,)
+        i = torch.arange(d // 2, dtype=F64)                                               # (d/2,)
+        power = {"pair": 2 * i / d, "half": i / d, "column": 4 * i / d, "same": 0 * i}[exponent]
+        angle = direction * p[:, None] * BASE ** -power                                  # (T, d/2)
+        if pairs == "first":
+            angle[:, 1:] = 0.0
+        elif pairs == "none":
+            angle = torch.zeros_like(angle)
+        cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+        if layout == "interleaved":
+            a, b = x[..., 0::2], x[..., 1::2]                                             # (..., T, d/2)
+            return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+        a, b = x[..., :d // 2], x[..., d // 2:]
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    return wrong
+
+
+ROPE_FLOAT32 = ("your values are right to float32's precision only: part of the computation ran in float32 (the "
+                "positions or the frequencies made without dtype=x.dtype; torch.arange(T) * 1.0 is float32). At "
+                "position 4096 float32 rounds the angle by ~1e-4 rad. Build them with dtype=x.dtype.")
+ROPE_NORM = ("a rotation keeps the length of every pair (x[2i], x[2i+1]); yours changes it: turn the pair (a, b) by "
+             "the angle φ as (a cos φ - b sin φ, a sin φ + b cos φ).")
+ROPE_ANGLE = ("the pair i of the token at position p = offset + t turns by the angle p·θ_i, with "
+              "θ_i = 10000^(-2i/d).")
+
+ROPE_MISTAKES = [
+    (_rope(layout="half"), "you paired x[i] with x[i + d/2], the 'rotate_half' layout of GPT-NeoX and Llama. It "
+                           "is a real convention, just not this book's, which pairs neighbours (x[2i], x[2i+1]) as "
+                           "RoFormer does; weights trained with one layout do not work with the other."),
+    (_rope(direction=-1), "your pairs turn the wrong way (the sign of sin): the pair (a, b) becomes "
+                          "(a cos φ - b sin φ, a sin φ + b cos φ) with φ = p·θ_i."),
+    (_rope(use_offset=False), "the offset is ignored: row t is at position offset + t (a cache passes the number "
+                              "of tokens it already holds), so it turns by (offset + t)·θ_i."),
+    (_rope(start=1), "your positions start at 1: row t is at position offset + t, so with offset = 0 the first "
+                     "row is position 0 and is not turned at all."),
+    (_rope(exponent="half"), "the exponent is 2i/d, not i/d: θ_i = 10000^(-2i/d)."),
+    (_rope(exponent="column"), "the frequency came from the column index 2i, 10000^(-2·2i/d); it comes from the "
+                               "pair index i, θ_i = 10000^(-2i/d)."),
+    (_rope(exponent="same"), "every pair turned by the same angle p: pair i turns by p·θ_i, each pair at its own "
+                             "frequency θ_i = 10000^(-2i/d)."),
+    (_rope(pairs="none"), "your function returned x unchanged: every pair (x[2i], x[2i+1]) must turn by its "
+                          "angle p·θ_i."),
+    (_rope(pairs="first"), "only the first pair (x[0], x[1]) turned: all d/2 pairs turn, pair i by its own "
+                           "angle p·θ_i."),
+]
+
+
+def _pairs(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(*t.shape[:-1], t.shape[-1] // 2, 2)                  # (..., T, d/2, 2)
+
+
+def _diagnose_rope(cases, outputs, refs):
+    if not _finite(outputs):
+        return None
+    if _close_all(outputs, refs, 1e-2):
+        return f"wrong values. Hint: {ROPE_FLOAT32}"
+    hint = _loose_mistake(ROPE_MISTAKES, cases, outputs, 1e-2)
+    if hint is not None:
+        return (f"wrong output (and float32 rounding: build the positions and frequencies with dtype=x.dtype). "
+                f"Hint: {hint}")
+    for case, out, ref in zip(cases, outputs, refs):
+        if out.shape == ref.shape and bool(torch.allclose(out, ref, rtol=1e-9, atol=ROPE_ATOL)):
+            continue
+        x, offset = case[0], (case[1] if len(case) > 1 else 0)
+        a, b = _pairs(x), _pairs(out)                                      # (..., T, d/2, 2)
+        if not torch.allclose(b.norm(dim=-1), a.norm(dim=-1), rtol=1e-6, atol=1e-9):
+            return f"wrong values for x of shape {tuple(x.shape)}, offset = {offset}. Hint: {ROPE_NORM}"
+        turned = torch.atan2(a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0],
+                             (a * b).sum(-1))                              # (..., T, d/2)
+        want = _pairs(ref)
+        wanted = torch.atan2(a[..., 0] * want[..., 1] - a[..., 1] * want[..., 0], (a * want).sum(-1))
+        off = (torch.remainder(turned - wanted + math.pi, 2 * math.pi) - math.pi).abs()
+        index = tuple(int(n) for n in torch.nonzero(off > 1e-6)[0])
+        *_, t, i = index
+        return (f"for x of shape {tuple(x.shape)} and offset = {offset}, the pair i = {i} of row t = {t} (position "
+                f"{offset + t}) turned by {turned[index].item():.4g} rad; it should turn by "
+                f"{wanted[index].item():.4g} rad (mod 2π). Hint: {ROPE_ANGLE}")
+    return None
+
+
+register(Exercise(
+    name="rope", number="4.3", function="rope", chapter=CHAPTER, args=("x", "offset"),
+    make_cases=_rope_cases, reference=rope_reference, returns="the rotated tensor, shaped like x",
+    rtol=1e-9, atol=ROPE_ATOL, mistakes=ROPE_MISTAKES,
+    error_hints=[
+        (RuntimeError, r"must match the size of tensor",
+         "the (T, d/2) table of angles does not line up with x: T is x.shape[-2] (x may have batch and head axes "
+         "in front, (..., T, d)), the pairs run along the last axis, and the table broadcasts over the leading "
+         "axes."),
+        (TypeError, r"takes 1 positional argument but 2 were given",
+         "rope takes the offset as its second argument, rope(x, offset=0): row t is at position offset + t."),
+        (TypeError, r"missing 1 required positional argument",
+         "offset has a default: rope(x) means offset = 0, so write def rope(x, offset=0)."),
+    ],
+    diagnose=_safe(_diagnose_rope), diagnose_hints=(ROPE_FLOAT32, ROPE_NORM, ROPE_ANGLE),
+    generic_hint="for p = offset + t and θ_i = 10000^(-2i/d), turn each pair (a, b) = (x[..., 2i], x[..., 2i+1]) "
+                 "into (a cos pθ_i - b sin pθ_i, a sin pθ_i + b cos pθ_i); compare with a loop over t and i on a "
+                 "small x.",
+))
+
+
+# --------------------------------------------------------------------------- drill: the binary table
+
+
+def _binary_cases(g):
+    """(T, d) with T <= 2**d: every position of 3 bits, and sizes that leave the top bits unused;
+    fixed first, then a random one."""
+    d = _randint(g, 3, 8)
+    return [(8, 3), (5, 4), (16, 6), (12, 5), (_randint(g, 3, 2 ** d), d)]
+
+
+def binary_table_reference(T: int, d: int) -> torch.Tensor:
+    return binary_positions(T, d, dtype=F64)
+
+
+def _bits(*, order="lsb", values="01", start=0, mask=True, form="T,d"):
+    """The binary table with the mistakes named by the keywords; the defaults are right."""
+    def wrong(T, d):
+        t = torch.arange(start, start + T)[:, None]                        # (T, 1)
+        j = torch.arange(d) if order == "lsb" else torch.arange(d - 1, -1, -1)
+        bits = (t >> j) & 1 if mask else t >> j                            # (T, d)
+        PE = bits.to(F64) if values == "01" else 2 * bits.to(F64) - 1
+        return PE.T.contiguous() if form == "d,T" else PE
+    return wrong
+
+
+register(Exercise(
+    name="binary_table", number="", function="binary_table", chapter=CHAPTER, args=("T", "d"), drill=True,
+    make_cases=_binary_cases, reference=binary_table_reference, returns="the (T, d) table of 0s and 1s",
+    exact_dtype=False, rtol=0.0, atol=1e-6,
+    mistakes=[
+        (_bits(order="msb"), "your columns start at the most significant bit: column 0 holds the least "
+                             "significant bit, (t >> 0) & 1, which flips at every position, like the fastest "
+                             "sinusoid."),
+        (_bits(values="pm1"), "your table holds -1 and +1: the book's binary table holds the bits themselves, "
+                              "0 and 1, PE[t, j] = (t >> j) & 1."),
+        (_bits(start=1), "your rows start at position 1: row t is position t, so row 0 is all zeros."),
+        (_bits(mask=False), "column j holds t >> j = t // 2^j, all the higher bits with it: keep bit j alone, "
+                            "(t >> j) & 1, or (t // 2**j) % 2."),
+        (_bits(form="d,T"), "your table is transposed, (d, T): one row per position t, one column per bit j."),
+    ],
+    generic_hint="PE[t, j] is bit j of t, counting from the least significant: (t >> j) & 1; row 5 with d = 4 "
+                 "reads 1, 0, 1, 0.",
+))

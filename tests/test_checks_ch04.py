@@ -1,0 +1,936 @@
+"""Chapter 4's checks: every solution passes, every stub is 'not implemented yet', every registered
+mistake is caught by its own hint whatever the seed, and wrong answers written here, the way a
+learner would write them, fail with the hint that names their slip.
+
+The solutions and wrong answers below are written independently of ``tinyformer.course.ch04``: with
+loops over positions and columns, Python's math module, NumPy, complex numbers, and in float32 where
+a learner's code would be. The references are checked against closed forms (math.sin in a double
+loop, Python's own binary digits), the shift property read off the table itself, a complex-number
+RoPE, its relative-position property, and the library's RotaryEmbedding. The chapter notebook
+(book/04-positions.ipynb) is optional here: the tests that read it are skipped while it does not exist.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from tinyformer import checks, positions
+from tinyformer.course import ch04, engine, grade
+from tinyformer.student import make_student
+
+from conftest import BOOK, define, exercise_cells
+
+CHAPTER = ["sinusoidal_table", "shift_matrix", "rope"]
+DRILLS = ["binary_table"]
+ALL = CHAPTER + DRILLS
+SEEDS = range(5)
+NOTEBOOK = BOOK / "04-positions.ipynb"
+F64 = torch.float64
+
+# --------------------------------------------------------------------------- solutions (exercise cells)
+
+SOLUTIONS = {
+    "sinusoidal_table": '''\
+import torch
+
+
+def sinusoidal_table(T, d):
+    """The (T, d) sinusoidal table: PE[t, 2i] = sin(t θ_i) and
+    PE[t, 2i+1] = cos(t θ_i), with θ_i = 1 / 10000^(2i/d)."""
+    # BEGIN SOLUTION
+    t = torch.arange(T, dtype=torch.float64)[:, None]     # (T, 1)
+    i = torch.arange(d // 2, dtype=torch.float64)         # (d/2,)
+    angle = t / 10000 ** (2 * i / d)                      # (T, d/2)
+    PE = torch.zeros(T, d, dtype=torch.float64)
+    PE[:, 0::2] = torch.sin(angle)                        # even columns
+    PE[:, 1::2] = torch.cos(angle)                        # odd columns
+    return PE
+    # END SOLUTION
+''',
+    "shift_matrix": '''\
+import math
+
+import torch
+
+
+def shift_matrix(omega, k):
+    """M (2, 2) such that [sin ωt, cos ωt] @ M = [sin ω(t+k), cos ω(t+k)]
+    for every t."""
+    # BEGIN SOLUTION
+    c, s = math.cos(omega * k), math.sin(omega * k)
+    return torch.tensor([[c, -s],
+                         [s, c]], dtype=torch.float64)
+    # END SOLUTION
+''',
+    "rope": '''\
+import torch
+
+
+def rope(x, offset=0):
+    """Rotary embedding of x (..., T, d): the pair (x[2i], x[2i+1]) of
+    row t turns by the angle p θ_i, p = offset + t, θ_i = 10000^(-2i/d)."""
+    # BEGIN SOLUTION
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype,
+                     device=x.device)                     # (T,)
+    i = torch.arange(d // 2, dtype=x.dtype, device=x.device)
+    angle = p[:, None] * 10000 ** (-2 * i / d)            # (T, d/2)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    a, b = x[..., 0::2], x[..., 1::2]                     # (..., T, d/2)
+    out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    return out.flatten(-2)                                # (..., T, d)
+    # END SOLUTION
+''',
+    "binary_table": '''\
+import torch
+
+
+def binary_table(T, d):
+    """(T, d) table of bits: PE[t, j] is bit j of t (0 or 1)."""
+    # BEGIN SOLUTION
+    t = torch.arange(T)[:, None]                          # (T, 1)
+    j = torch.arange(d)                                   # (d,)
+    return ((t >> j) & 1).to(torch.float32)               # (T, d)
+    # END SOLUTION
+''',
+}
+
+
+def solution(name):
+    return define(SOLUTIONS[name], checks.EXERCISES[name].function)
+
+
+def verdict_for(name, fn, seed=0):
+    ex = checks.EXERCISES[name]
+    cases = checks.cases_for(ex, seed)
+    return checks.judge(ex, cases, checks.run_cases(fn, cases))
+
+
+# --------------------------------------------------------------------------- wrong answers, as learners write them
+
+
+def learner_table(swap=False, blocks=False, exponent="2i/d", first_position=0, multiply=False, base=10000,
+                  layout="T,d", dtype=torch.float32):
+    """A learner's table, one entry at a time with math.sin, with the slip chosen by the keywords.
+
+    exponent: "2i/d" (right), "i/d", "2j/d" (j the column), "j/d" (each column its own exponent).
+    """
+    def sinusoidal_table(T, d):
+        PE = torch.zeros(T, d, dtype=dtype)
+        for row in range(T):
+            t = row + first_position
+            for j in range(d):
+                i = j % (d // 2) if blocks else j // 2
+                e = {"2i/d": 2 * i / d, "i/d": i / d, "2j/d": 2 * j / d, "j/d": j / d}[exponent]
+                angle = t * base ** e if multiply else t / base ** e
+                use_sin = (j < d // 2) if blocks else (j % 2 == 0)
+                if swap:
+                    use_sin = not use_sin
+                PE[row, j] = math.sin(angle) if use_sin else math.cos(angle)
+        return {"T,d": PE, "d,T": PE.T, "1,T,d": PE.unsqueeze(0), "T,1,d": PE.unsqueeze(1)}[layout]
+    return sinusoidal_table
+
+
+def table_torch_tutorial(T, d):
+    """The PyTorch tutorial's way, float32 throughout (right)."""
+    position = torch.arange(T).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def table_numpy(T, d):
+    """The NumPy way many tutorials show, returned as a tensor (right, float64)."""
+    angle = np.arange(T)[:, None] / np.power(10000, 2 * (np.arange(d)[None, :] // 2) / d)
+    angle[:, 0::2] = np.sin(angle[:, 0::2])
+    angle[:, 1::2] = np.cos(angle[:, 1::2])
+    return torch.from_numpy(angle)
+
+
+def table_blocks_tensor2tensor(T, d):
+    """tensor2tensor's get_timing_signal_1d: concatenated sines and cosines, float32."""
+    position = torch.arange(T, dtype=torch.float32)
+    inv_timescales = torch.exp(torch.arange(d // 2, dtype=torch.float32) * -(math.log(10000.0) / (d // 2 - 1)))
+    scaled_time = position[:, None] * inv_timescales[None, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+def table_row_positions(T, d):
+    """The positions as a row, not a column: the broadcast fails."""
+    position = torch.arange(T)
+    div = 10000 ** (torch.arange(0, d, 2) / d)
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(position / div)
+    pe[:, 1::2] = torch.cos(position / div)
+    return pe
+
+
+def table_math_sin_on_tensor(T, d):
+    position = torch.arange(T)[:, None]
+    div = 10000 ** (torch.arange(0, d, 2) / d)
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = math.sin(position / div)
+    return pe
+
+
+def table_integer(T, d):
+    """The table made like the positions: an integer tensor, so every value is truncated."""
+    position = torch.arange(T)[:, None]
+    pe = torch.zeros_like(position.expand(T, d))
+    div = 10000 ** (torch.arange(0, d, 2) / d)
+    pe[:, 0::2] = torch.sin(position / div)
+    pe[:, 1::2] = torch.cos(position / div)
+    return pe
+
+
+def table_multiplied_float32(T, d):
+    """Multiplied by 10000^(2i/d), in float32: huge angles, so not the float64 mistake to 1e-4."""
+    position = torch.arange(T)[:, None]
+    factor = 10000 ** (torch.arange(0, d, 2) / d)
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(position * factor)
+    pe[:, 1::2] = torch.cos(position * factor)
+    return pe
+
+
+def table_one_frequency(T, d):
+    """Integer division in the exponent: 2i // d is 0, so every pair turns at frequency 1."""
+    position = torch.arange(T)[:, None].double()
+    exponent = (2 * torch.arange(d // 2)) // d
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(position / 10000 ** exponent)
+    pe[:, 1::2] = torch.cos(position / 10000 ** exponent)
+    return pe
+
+
+def learner_shift(angle="omega*k", signs=(-1, 1), dtype=torch.float64, scale=1.0):
+    """A learner's [[cos a, ±sin a], [±sin a, cos a]] with the slip chosen by the keywords."""
+    def shift_matrix(omega, k):
+        a = {"omega*k": omega * k, "k": k, "omega": omega, "-omega*k": -omega * k, "2*omega*k": 2 * omega * k}[angle]
+        return scale * torch.tensor([[math.cos(a), signs[0] * math.sin(a)],
+                                     [signs[1] * math.sin(a), math.cos(a)]], dtype=dtype)
+    return shift_matrix
+
+
+def shift_column_vectors(omega, k):
+    """Derived for column vectors: [s', c']ᵀ = A [s, c]ᵀ, A returned as is."""
+    c, s = np.cos(omega * k), np.sin(omega * k)
+    return torch.tensor(np.array([[c, s], [-s, c]]))
+
+
+def shift_cos_first(omega, k):
+    """Derived for [cos ωt, sin ωt] @ N, the cosine first."""
+    c, s = math.cos(omega * k), math.sin(omega * k)
+    return torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+
+
+def shift_vector(omega, k):
+    return torch.tensor([math.sin(omega * k), math.cos(omega * k)], dtype=torch.float64)
+
+
+def shift_with_t(omega, k, t):
+    return torch.eye(2, dtype=torch.float64)
+
+
+def shift_torch_cos(omega, k):
+    return torch.tensor([[torch.cos(omega * k), -torch.sin(omega * k)],
+                         [torch.sin(omega * k), torch.cos(omega * k)]], dtype=torch.float64)
+
+
+def shift_diagonal(omega, k):
+    c = math.cos(omega * k)
+    return torch.tensor([[c, 0.0], [0.0, c]], dtype=torch.float64)
+
+
+def shift_reflection(omega, k):
+    c, s = math.cos(omega * k), math.sin(omega * k)
+    return torch.tensor([[s, c], [c, -s]], dtype=torch.float64)
+
+
+def shift_nan(omega, k):
+    return torch.tensor([[math.nan, 0.0], [0.0, 1.0]], dtype=torch.float64)
+
+
+def learner_rope(layout="pairs", sign=1, use_offset=True, first_position=0, exponent="2i/d", turn="all",
+                 angle_dtype=None):
+    """A learner's RoPE, a loop over the pairs, with the slip chosen by the keywords.
+
+    exponent: "2i/d" (right), "i/d", "2j/d" (j = 2i the column), "none" (every pair at frequency 1).
+    turn: "all", "first" (only pair 0), "none". angle_dtype: the angles' dtype (None: x's).
+    """
+    def rope(x, offset=0):
+        T, d = x.shape[-2], x.shape[-1]
+        dt = x.dtype if angle_dtype is None else angle_dtype
+        p = torch.arange(T).to(dt) + (offset if use_offset else 0) + first_position       # (T,)
+        out = x.clone()
+        for i in range(d // 2):
+            if turn == "none" or (turn == "first" and i > 0):
+                continue
+            e = {"2i/d": 2 * i / d, "i/d": i / d, "2j/d": 2 * (2 * i) / d, "none": 0.0}[exponent]
+            phi = (sign * p / 10000 ** e)[:, None]                                          # (T, 1)
+            ia, ib = (2 * i, 2 * i + 1) if layout == "pairs" else (i, i + d // 2)
+            a, b = x[..., ia:ia + 1], x[..., ib:ib + 1]
+            out[..., ia:ia + 1] = a * torch.cos(phi) - b * torch.sin(phi)
+            out[..., ib:ib + 1] = a * torch.sin(phi) + b * torch.cos(phi)
+        return out
+    return rope
+
+
+def rope_rotate_half(x, offset=0):
+    """Hugging Face's Llama code: cos/sin of (T, d) built from cat(freqs, freqs), and rotate_half (float32 freqs)."""
+    T, d = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    t = torch.arange(offset, offset + T).float()
+    emb = torch.cat([torch.outer(t, inv_freq)] * 2, dim=-1)
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
+
+
+def rope_complex(x, offset=0):
+    """RoFormer / Llama-reference style: pairs as complex numbers times e^{i p θ} (right)."""
+    T, d = x.shape[-2], x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    p = torch.arange(offset, offset + T, dtype=torch.float64)
+    z = torch.view_as_complex(x.reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(z * torch.polar(torch.ones(T, d // 2, dtype=torch.float64), torch.outer(p, theta)))\
+        .flatten(-2)
+
+
+def rope_by_matrix(x, offset=0):
+    """One 2x2 rotation matrix per pair and position, applied to row vectors (right)."""
+    T, d = x.shape[-2], x.shape[-1]
+    out = torch.empty_like(x)
+    for t in range(T):
+        for i in range(d // 2):
+            phi = (offset + t) * 10000.0 ** (-2 * i / d)
+            R = torch.tensor([[math.cos(phi), math.sin(phi)], [-math.sin(phi), math.cos(phi)]], dtype=x.dtype)
+            out[..., t, 2 * i:2 * i + 2] = x[..., t, 2 * i:2 * i + 2] @ R
+    return out
+
+
+def rope_heads_axis(x, offset=0):
+    """Positions along x.shape[1]: right for (B, T, d), the heads axis for (B, H, T, d)."""
+    T, d = x.shape[1], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype)
+    angle = p[:, None] * 10000 ** (-2 * torch.arange(d // 2, dtype=x.dtype) / d)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), -1).flatten(-2)
+
+
+def rope_in_place(x, offset=0):
+    y = learner_rope()(x, offset)
+    x[...] = y
+    return x
+
+
+def rope_no_offset_argument(x):
+    return learner_rope()(x)
+
+
+def rope_offset_required(x, offset):
+    return learner_rope()(x, offset)
+
+
+def rope_scaled(x, offset=0):
+    return 2 * learner_rope()(x, offset)
+
+
+def rope_twice_the_angle(x, offset=0):
+    return learner_rope()(learner_rope()(x, offset), offset)
+
+
+def learner_bits(msb_first=False, signed=False, first_position=0, keep_bit=True, transposed=False,
+                 dtype=torch.float32):
+    def binary_table(T, d):
+        rows = []
+        for t in range(first_position, first_position + T):
+            digits = [(t // 2 ** j) % 2 if keep_bit else t // 2 ** j for j in range(d)]
+            if msb_first:
+                digits = digits[::-1]
+            rows.append([2 * b - 1 if signed else b for b in digits])
+        table = torch.tensor(rows, dtype=dtype)
+        return table.T if transposed else table
+    return binary_table
+
+
+def bits_from_format(T, d):
+    """Python's binary digits, written as they read: the most significant first."""
+    return torch.tensor([[float(c) for c in format(t, f"0{d}b")] for t in range(T)])
+
+
+TRANSPOSED = "which turns the other way (it shifts by -k): you wrote M for column vectors, M @ v"
+
+
+def shift_rotary_R(omega, k):
+    """R(ωk) of the book's rotary section, (a, b) R(α) with (a, b) = (cos, sin): reused for [sin, cos] rows."""
+    c, s = math.cos(omega * k), math.sin(omega * k)
+    return torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+
+
+def table_even_columns_in_exponent(T, d):
+    """A loop over the even columns j = 0, 2, 4, ... with 10000 ** (2 * j / d): base 10000² in effect."""
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    for t in range(T):
+        for j in range(0, d, 2):
+            pe[t, j] = math.sin(t / 10000 ** (2 * j / d))
+            pe[t, j + 1] = math.cos(t / 10000 ** (2 * j / d))
+    return pe
+
+# (exercise, wrong function, a phrase its verdict must contain)
+WRONG = [
+    ("sinusoidal_table", learner_table(swap=True), "sines and cosines are swapped"),
+    ("sinusoidal_table", learner_table(blocks=True), "This book interleaves them"),
+    ("sinusoidal_table", table_blocks_tensor2tensor, "with other frequencies than θ_i = 1/10000^(2i/d) as well. "
+                                                     "Hint: you put all the sines first"),
+    ("sinusoidal_table", learner_table(exponent="2j/d"), "yours uses the column index j = 0..d-1"),
+    ("sinusoidal_table", table_even_columns_in_exponent, "= 10000². Hint: your exponent counts columns"),
+    ("sinusoidal_table", learner_table(exponent="j/d"), "the odd column 2i+1 got its own exponent"),
+    ("sinusoidal_table", learner_table(exponent="i/d"), "the exponent is 2i/d, not i/d"),
+    ("sinusoidal_table", learner_table(base=100), "the exponent is 2i/d, not i/d"),          # the same table
+    ("sinusoidal_table", learner_table(first_position=1), "your rows start at position 1"),
+    ("sinusoidal_table", learner_table(multiply=True, dtype=torch.float64), "you multiplied t by 10000^(2i/d)"),
+    ("sinusoidal_table", table_multiplied_float32, "the first pair (columns 0 and 1, frequency 1) is right"),
+    ("sinusoidal_table", table_one_frequency, "the first pair (columns 0 and 1, frequency 1) is right"),
+    ("sinusoidal_table", learner_table(layout="d,T"), "your table is transposed, (d, T)"),
+    ("sinusoidal_table", learner_table(layout="1,T,d"), "with a batch axis in front"),
+    ("sinusoidal_table", learner_table(layout="T,1,d"), "output shape (5, 1, 4), expected (5, 4) for T = 5, d = 4."),
+    ("sinusoidal_table", learner_table(base=1000), "the interleaved sinusoidal table with base ≈ 1000. Hint: the"),
+    ("sinusoidal_table", learner_table(base=20000, dtype=torch.float64), "the interleaved sinusoidal table with "
+                                                                         "base ≈ 20000. Hint"),
+    ("sinusoidal_table", table_integer, "it has an integer dtype"),
+    ("sinusoidal_table", lambda T, d: table_torch_tutorial(T, d).half(), "the precision of float16 or bfloat16"),
+    ("sinusoidal_table", lambda T, d: table_torch_tutorial(T, d).bfloat16(), "the precision of float16 or bfloat16"),
+    ("sinusoidal_table", table_row_positions, "make the positions a column"),
+    ("sinusoidal_table", table_math_sin_on_tensor, "use torch.sin and torch.cos"),
+    ("sinusoidal_table", lambda T, d: table_torch_tutorial(T, d).numpy(),
+     "returned a numpy.ndarray of shape (5, 4); return a torch.Tensor"),
+    ("sinusoidal_table", lambda T, d: table_torch_tutorial(T, d).tolist(), "return a torch.Tensor"),
+    ("sinusoidal_table", lambda T, d: table_torch_tutorial(T, d) > 0, "return real numbers"),
+    ("sinusoidal_table", lambda T, d: None, "did you forget the `return` line?"),
+    ("shift_matrix", shift_column_vectors, TRANSPOSED),
+    ("shift_matrix", shift_rotary_R, TRANSPOSED),                     # R(ωk) reused: the transpose too
+    ("shift_matrix", shift_cos_first, TRANSPOSED),                    # [cos, sin] @ N: the same matrix
+    ("shift_matrix", learner_shift(angle="-omega*k"), TRANSPOSED),    # M(-k) = M(k)ᵀ: one output, one hint
+    ("shift_matrix", learner_shift(signs=(1, -1), dtype=torch.float32),
+     "wrong matrix (and float32: pass dtype=torch.float64). Hint: your M is the transpose"),
+    ("shift_matrix", learner_shift(angle="k"), "the angle is ωk, not k"),
+    ("shift_matrix", learner_shift(angle="omega"), "the angle is ωk, not ω"),
+    ("shift_matrix", learner_shift(signs=(1, 1)), "both sin ωk entries are positive"),
+    ("shift_matrix", shift_vector, "you returned the vector [sin ωk, cos ωk]"),
+    ("shift_matrix", learner_shift(dtype=torch.float32), "your M is right to float32's precision only"),
+    ("shift_matrix", learner_shift(scale=2.0), "for omega = 1, k = 3 your M is 2 times the right rotation"),
+    ("shift_matrix", learner_shift(angle="2*omega*k"), "your M advances the angle ωt by -0.2832 rad; k positions "
+                                                       "advance it by ωk = 3 rad"),
+    ("shift_matrix", shift_reflection, "your M is a reflection (determinant -1)"),
+    ("shift_matrix", shift_diagonal, "your M is not a rotation (MᵀM ≠ I)"),
+    ("shift_matrix", shift_nan, "your matrix contains NaN or inf"),
+    ("shift_matrix", shift_with_t, "M depends on omega and k only"),
+    ("shift_matrix", shift_torch_cos, "math.cos and math.sin take them"),
+    ("shift_matrix", lambda omega, k: [[1.0, 0.0], [0.0, 1.0]], "returned a list of 2 items; return a torch.Tensor"),
+    ("shift_matrix", lambda omega, k: torch.eye(3, dtype=F64), "output shape (3, 3), expected (2, 2) for omega = "
+                                                               "1.0, k = 3."),
+    ("rope", learner_rope(layout="half"), "the 'rotate_half' layout of GPT-NeoX and Llama"),
+    ("rope", rope_rotate_half, "wrong output (and float32 rounding: build the positions and frequencies with "
+                               "dtype=x.dtype). Hint: you paired x[i] with x[i + d/2]"),
+    ("rope", learner_rope(sign=-1), "your pairs turn the wrong way"),
+    ("rope", learner_rope(use_offset=False), "the offset is ignored"),
+    ("rope", learner_rope(first_position=1), "your positions start at 1"),
+    ("rope", learner_rope(exponent="i/d"), "the exponent is 2i/d, not i/d"),
+    ("rope", learner_rope(exponent="2j/d"), "the frequency came from the column index 2i"),
+    ("rope", learner_rope(exponent="none"), "every pair turned by the same angle p"),
+    ("rope", learner_rope(turn="none"), "your function returned x unchanged"),
+    ("rope", lambda x, offset=0: x, "your function returned x unchanged"),
+    ("rope", learner_rope(turn="first"), "only the first pair (x[0], x[1]) turned"),
+    ("rope", learner_rope(angle_dtype=torch.float32), "your values are right to float32's precision only"),
+    ("rope", rope_scaled, "wrong values for x of shape (5, 8), offset = 0. Hint: a rotation keeps the length"),
+    ("rope", rope_twice_the_angle, "for x of shape (5, 8) and offset = 0, the pair i = 0 of row t = 1 (position 1) "
+                                   "turned by 2 rad; it should turn by 1 rad (mod 2π). Hint: the pair i"),
+    ("rope", lambda x, offset=0: learner_rope()(x, 2 * offset),
+     "for x of shape (2, 6, 4) and offset = 3, the pair i = 0 of row t = 0 (position 3) turned by -0.2832 rad; it "
+     "should turn by 3 rad (mod 2π)."),
+    ("rope", rope_heads_axis, "T is x.shape[-2]"),
+    ("rope", rope_in_place, "changed its input `x` in place (its output is right)"),
+    ("rope", rope_no_offset_argument, "rope takes the offset as its second argument"),
+    ("rope", rope_offset_required, "offset has a default"),
+    ("rope", lambda x, offset=0: learner_rope()(x.float(), offset), "returned torch.float32 for torch.float64"),
+    ("rope", lambda x, offset=0: learner_rope()(x, offset)[..., :-1], "output shape (5, 7), expected (5, 8)"),
+    ("rope", lambda x, offset=0: (learner_rope()(x, offset), offset), "return only the rotated tensor"),
+    ("binary_table", bits_from_format, "your columns start at the most significant bit"),
+    ("binary_table", learner_bits(msb_first=True), "your columns start at the most significant bit"),
+    ("binary_table", learner_bits(signed=True), "your table holds -1 and +1"),
+    ("binary_table", learner_bits(first_position=1), "your rows start at position 1"),
+    ("binary_table", learner_bits(keep_bit=False), "keep bit j alone"),
+    ("binary_table", learner_bits(transposed=True), "your table is transposed, (d, T): one row per position t"),
+    ("binary_table", learner_bits(dtype=torch.bool), "return real numbers"),
+    ("binary_table", lambda T, d: learner_bits()(T, d)[:, :-1], "output shape (8, 2), expected (8, 3)"),
+]
+WRONG_IDS = [f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)]
+
+
+@pytest.fixture(scope="module")
+def wrong_verdicts():
+    """The verdicts of every wrong answer: {index in WRONG: [verdict for seed in SEEDS]}."""
+    return {k: [verdict_for(n, fn, seed) for seed in SEEDS] for k, (n, fn, _) in enumerate(WRONG)}
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_chapter_four_registry():
+    ours = [n for n, ex in checks.EXERCISES.items() if ex.chapter == "04-positions"]
+    assert ours == CHAPTER + DRILLS
+    assert [checks.EXERCISES[n].number for n in CHAPTER] == ["4.1", "4.2", "4.3"]
+    assert all(checks.EXERCISES[n].drill and not checks.EXERCISES[n].number for n in DRILLS)
+    assert not any(checks.EXERCISES[n].drill for n in CHAPTER)
+    assert [checks.EXERCISES[n].function for n in ALL] == ALL
+    for name in ALL:
+        assert callable(getattr(checks, f"check_{name}")), name
+    assert grade._expected_exercises(BOOK / "04-positions.ipynb", []) == CHAPTER
+
+
+# --------------------------------------------------------------------------- solutions and stubs
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_solution_passes(name, capsys):
+    verdict = getattr(checks, f"check_{name}")(solution(name))
+    line = capsys.readouterr().out.strip()
+    assert verdict.passed and bool(verdict), verdict.message
+    assert line.startswith("✓") and line == verdict.message
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_solution_passes_for_every_seed(name):
+    for seed in SEEDS:
+        assert verdict_for(name, solution(name), seed).passed, seed
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_solution_code_fits_the_page(name):
+    assert all(len(line) <= 79 for line in SOLUTIONS[name].splitlines())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_stub_is_not_implemented(name, capsys):
+    cell = nbformat.v4.new_code_cell(SOLUTIONS[name], metadata={"tags": [f"exercise-{name}"]})
+    stub = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
+    function = checks.EXERCISES[name].function
+    assert f'raise NotImplementedError("{function} is not implemented yet")' in stub
+    verdict = checks.check(name, define(stub, function))
+    line = capsys.readouterr().out.strip()
+    assert verdict.status == checks.NOT_IMPLEMENTED and not verdict
+    assert line.startswith("✗") and "not implemented yet" in line and "it calls" not in line
+
+
+def test_a_rope_that_calls_an_unfinished_table_is_told_so(capsys):
+    def rope(x, offset=0):
+        raise NotImplementedError("sinusoidal_table is not implemented yet")
+
+    verdict = checks.check_rope(rope)
+    capsys.readouterr()
+    assert verdict.status == checks.NOT_IMPLEMENTED
+    assert verdict.message.endswith("it calls sinusoidal_table, which is not implemented yet (Exercise 4.1).")
+
+
+# --------------------------------------------------------------------------- the chapter's own cells
+
+NOTEBOOK_SOLUTIONS = exercise_cells(NOTEBOOK) if NOTEBOOK.exists() else {}
+needs_notebook = pytest.mark.skipif(not NOTEBOOK.exists(), reason="book/04-positions.ipynb not written yet")
+
+
+@needs_notebook
+def test_the_chapter_has_a_cell_for_every_checked_exercise():
+    missing = [n for n in CHAPTER if n not in NOTEBOOK_SOLUTIONS]
+    assert not missing, f"no cell tagged exercise-<name> for {missing}"
+
+
+@needs_notebook
+@pytest.mark.parametrize("name", sorted(NOTEBOOK_SOLUTIONS) or ["none"])
+def test_chapter_solution_passes_for_every_seed(name):
+    function = checks.EXERCISES[name].function
+    source = NOTEBOOK_SOLUTIONS[name]
+    assert f"def {function}(" in source, f"the exercise-{name} cell does not define {function}"
+    for seed in SEEDS:
+        verdict = verdict_for(name, define(source, function), seed)
+        assert verdict.passed, (seed, verdict.message)
+
+
+# --------------------------------------------------------------------------- the registered mistakes
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_registered_mistake_is_caught_by_its_own_hint(name):
+    ex = checks.EXERCISES[name]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        for wrong, hint in ex.mistakes:
+            verdict = checks.judge(ex, cases, checks.run_cases(wrong, cases))
+            assert not verdict and verdict.message.endswith(f"Hint: {hint}"), (seed, verdict.message)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_cases_tell_every_mistake_from_the_reference_and_the_others(name):
+    """On every seed, each mistake differs from the reference and from every other mistake."""
+    ex = checks.EXERCISES[name]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        runs = [checks.run_cases(ex.reference, cases)] + [checks.run_cases(w, cases) for w, _ in ex.mistakes]
+        outs = [[o.double() for o in r.outputs] for r in runs]
+        for a in range(len(outs)):
+            for b in range(a):
+                same = all(o.shape == p.shape and torch.allclose(o, p, rtol=1e-6, atol=1e-3)
+                           for o, p in zip(outs[a], outs[b]))
+                assert not same, (seed, a, b)
+
+
+# --------------------------------------------------------------------------- learners' wrong answers
+
+
+@pytest.mark.parametrize("k", range(len(WRONG)), ids=WRONG_IDS)
+def test_wrong_answer_gets_its_hint_whatever_the_seed(k, wrong_verdicts):
+    name, _, phrase = WRONG[k]
+    verdicts = wrong_verdicts[k]
+    first = verdicts[0]
+    assert not first and first.status in (checks.FAIL, checks.ERROR), first.message
+    assert first.message.startswith("✗") and "could not judge" not in first.message
+    assert phrase in first.message, first.message
+    assert all(len(line) <= 88 for line in first.wrapped().splitlines())
+    assert [v.message for v in verdicts] == [first.message] * len(verdicts), "the verdict depends on the seed"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_registered_hint_is_earned_by_a_wrong_answer(name, wrong_verdicts):
+    earned = " ".join(wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name)
+    missing = [hint for hint in checks.EXERCISES[name].hints() if hint not in earned]
+    assert not missing, f"no test answer earns these hints of {name}: {missing}"
+
+
+def test_the_transposed_shift_names_the_rotary_sections_R(wrong_verdicts):
+    """The student who reuses R(ωk) of the rotary section is told that with sine first it is R(−ωk)."""
+    k = next(i for i, (_, fn, _) in enumerate(WRONG) if fn is shift_rotary_R)
+    assert "R(ωk) of the rotary section: with sine first the shift is R(−ωk)" in wrong_verdicts[k][0].message
+
+
+def test_wrong_answers_get_different_verdicts(wrong_verdicts):
+    for name in ALL:
+        messages = [wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name]
+        phrases = [p for n, _, p in WRONG if n == name]
+        for a in range(len(messages)):
+            for b in range(a):
+                if phrases[a] != phrases[b]:
+                    assert messages[a] != messages[b], (name, phrases[a], phrases[b])
+
+
+def test_the_known_layouts_of_other_code_bases_are_named(wrong_verdicts):
+    """tensor2tensor's table (blocks, and its own frequencies) is named as the blocks layout; Llama's rotate_half
+    is named as the half-split layout, with its float32 frequencies."""
+    verdicts = {WRONG[k][1]: wrong_verdicts[k][0].message for k in range(len(WRONG))}
+    assert "This book interleaves them" in verdicts[table_blocks_tensor2tensor]
+    assert "GPT-NeoX and Llama" in verdicts[rope_rotate_half]
+
+
+def nearly(fn, rel):
+    return lambda *args: fn(*args) * (1 + rel)
+
+
+@pytest.mark.parametrize("name", ["shift_matrix", "rope"])
+def test_nearly_right_fails(name, capsys):
+    for rel in (1e-4, 1e-7):
+        verdict = checks.check(name, nearly(solution(name), rel))
+        assert not verdict and verdict.status == checks.FAIL, (rel, verdict.message)
+    assert checks.check(name, nearly(solution(name), 1e-13))           # another order of the sums
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["sinusoidal_table", "binary_table"])
+def test_tables_are_judged_to_float32_precision(name, capsys):
+    """A table may be float32 (a few 1e-6 off at t ~ 40); a table off by 1e-3 fails."""
+    right = solution(name)
+    assert checks.check(name, lambda T, d: right(T, d).float())
+    assert checks.check(name, lambda T, d: right(T, d).double())
+    assert not checks.check(name, lambda T, d: right(T, d) + 1e-3)
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- other right answers pass
+
+
+@pytest.mark.parametrize("right", [learner_table(), learner_table(dtype=torch.float64), table_torch_tutorial,
+                                   table_numpy, lambda T, d: positions.sinusoidal_positions(T, d)])
+def test_other_right_tables_pass(right):
+    for seed in SEEDS:
+        assert verdict_for("sinusoidal_table", right, seed).passed
+
+
+@pytest.mark.parametrize("right", [
+    learner_shift(),
+    lambda omega, k: torch.from_numpy(np.array([[np.cos(omega * k), -np.sin(omega * k)],
+                                                [np.sin(omega * k), np.cos(omega * k)]])),
+    lambda omega, k: torch.linalg.matrix_power(learner_shift()(omega, 1), k) if k >= 0
+    else torch.linalg.matrix_power(learner_shift()(omega, 1).T, -k),          # one step, k times
+])
+def test_other_right_shift_matrices_pass(right):
+    for seed in SEEDS:
+        assert verdict_for("shift_matrix", right, seed).passed
+
+
+@pytest.mark.parametrize("right", [learner_rope(), rope_complex, rope_by_matrix,
+                                   lambda x, offset=0: positions.RotaryEmbedding(x.shape[-1])(x, offset)])
+def test_other_right_ropes_pass(right):
+    for seed in SEEDS:
+        assert verdict_for("rope", right, seed).passed
+
+
+@pytest.mark.parametrize("right", [learner_bits(), learner_bits(dtype=torch.float64), learner_bits(dtype=torch.int64),
+                                   lambda T, d: torch.tensor([[float(c) for c in format(t, f"0{d}b")[::-1]]
+                                                              for t in range(T)])])
+def test_other_right_binary_tables_pass(right):
+    """Any real dtype holds 0 and 1 exactly: integer tables pass too (bool does not)."""
+    for seed in SEEDS:
+        assert verdict_for("binary_table", right, seed).passed
+
+
+# --------------------------------------------------------------------------- whatever is returned, no exception
+
+
+class Hostile:
+    def __len__(self):
+        raise RuntimeError("no len")
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def _raise(err):
+    def fn(*args):
+        raise err
+    return fn
+
+
+BAD = {
+    "runtime-error": _raise(RuntimeError("boom")),
+    "system-exit": _raise(SystemExit(3)),
+    "none": lambda *a: None,
+    "string": lambda *a: "a tensor",
+    "tuple": lambda *a: (torch.zeros(1), torch.zeros(1)),
+    "list": lambda *a: [torch.zeros(2, 2)],
+    "list-of-numbers": lambda *a: [1.0, 2.0],
+    "nested-list": lambda *a: [[1.0, 0.0], [0.0, 1.0]],
+    "ndarray": lambda *a: np.zeros((2, 2)),
+    "dict": lambda *a: {"out": torch.zeros(1)},
+    "hostile": lambda *a: Hostile(),
+    "wrong-shape": lambda *a: torch.zeros(1),
+    "nan": lambda *a: torch.full((2, 2), math.nan, dtype=torch.float64),
+    "inf-table": lambda *a: torch.full((5, 4), math.inf),
+    "zeros-table": lambda *a: torch.zeros(5, 4),
+    "meta": lambda *a: torch.empty(3, 3, device="meta"),
+    "meta-2x2": lambda *a: torch.empty(2, 2, dtype=torch.float64, device="meta"),
+    "float16": lambda *a: torch.zeros(2, 2, dtype=torch.float16),
+    "complex": lambda *a: torch.zeros(2, 2, dtype=torch.complex128),
+    "int-2x2": lambda *a: torch.zeros(2, 2, dtype=torch.int64),
+    "int": lambda *a: 7,
+    "bool": lambda *a: True,
+    "huge": lambda *a: torch.full((2, 2), 1e308, dtype=torch.float64),
+    "module": lambda *a: nn.Linear(2, 2),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD), ids=list(BAD))
+@pytest.mark.parametrize("name", ALL)
+def test_any_wrong_answer_fails_without_raising(name, bad, capsys):
+    verdict = checks.check(name, BAD[bad])
+    line = capsys.readouterr().out.strip()
+    assert not verdict and line.startswith("✗") and verdict.message.startswith("✗")
+    assert "could not judge" not in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_another_device_is_named(name, capsys):
+    def on_meta(*args):
+        return solution(name)(*args).to("meta")
+
+    verdict = checks.check(name, on_meta)
+    capsys.readouterr()
+    assert not verdict and "a tensor on the meta device, which holds no values" in verdict.message
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def _leaves(case):
+    for item in case:
+        if isinstance(item, (tuple, list)):
+            yield from _leaves(tuple(item))
+        else:
+            yield item
+
+
+def same_cases(a, b) -> bool:
+    la, lb = [list(_leaves(c)) for c in a], [list(_leaves(c)) for c in b]
+    return len(la) == len(lb) and all(
+        len(x) == len(y) and all(type(u) is type(v) and (torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v)
+                                 for u, v in zip(x, y)) for x, y in zip(la, lb))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_seed_changes_the_inputs(name):
+    ex = checks.EXERCISES[name]
+    first = checks.cases_for(ex, 0)
+    assert same_cases(first, checks.cases_for(ex, 0))                 # reproducible
+    assert all(not same_cases(first, checks.cases_for(ex, seed)) for seed in SEEDS[1:])
+    assert all(x.dtype == torch.float64 for c in first for x in _leaves(c) if isinstance(x, torch.Tensor))
+
+
+def test_the_cases_are_built_to_expose_the_mistakes():
+    for seed in SEEDS:
+        tables = checks.cases_for(checks.EXERCISES["sinusoidal_table"], seed)
+        assert all(T >= 3 and d >= 4 and d % 2 == 0 and T <= 40 for T, d in tables)
+        assert tables[0][0] != tables[0][1] and any(T == d for T, d in tables) and any(d % 4 == 2 for _, d in tables)
+        shifts = checks.cases_for(checks.EXERCISES["shift_matrix"], seed)
+        omegas, ks = [o for o, _ in shifts], [k for _, k in shifts]
+        assert 1.0 in omegas and 0.1 in omegas and any(o < 0.01 for o in omegas)
+        assert 0 in ks and any(k > 1 for k in ks) and any(k < 0 for k in ks)
+        assert all(isinstance(o, float) and isinstance(k, int) for o, k in shifts)
+        ropes = checks.cases_for(checks.EXERCISES["rope"], seed)
+        assert {c[0].dim() for c in ropes} == {2, 3, 4} and any(len(c) == 1 for c in ropes)
+        offsets = [c[1] for c in ropes if len(c) == 2]
+        assert 0 in offsets and max(offsets) >= 1000 and any(0 < o < 10 for o in offsets)
+        for c in ropes:
+            *lead, T, d = c[0].shape
+            assert d >= 4 and d % 2 == 0 and len(set(lead + [T])) == len(lead) + 1     # B, H, T all differ
+        assert any(c[0].shape[-1] % 4 == 2 for c in ropes)                               # d/2 odd
+        bits = checks.cases_for(checks.EXERCISES["binary_table"], seed)
+        assert all(3 <= T <= 2 ** d for T, d in bits) and (2 ** 3, 3) in bits
+        assert any(T < 2 ** (d - 1) for T, d in bits)                                    # unused top bits
+
+
+def test_cases_travel_to_the_sandbox_and_back(tmp_path):
+    """The grader ships the cases with torch.save and reads them with weights_only=True."""
+    for name in ALL:
+        ex = checks.EXERCISES[name]
+        cases = checks.cases_for(ex, seed=3)
+        torch.save(cases, tmp_path / "cases.pt")
+        back = torch.load(tmp_path / "cases.pt", weights_only=True)
+        assert same_cases(cases, back)
+        for fn in (solution(name), BAD["tuple"], BAD["meta"], BAD["ndarray"], learner_rope(sign=-1),
+                   learner_table(swap=True)):
+            outcome = checks.run_cases(fn, back)
+            buf = io.BytesIO()
+            torch.save({"outputs": outcome.outputs, "error": outcome.error, "mutated": outcome.mutated}, buf)
+            buf.seek(0)
+            shipped = torch.load(buf, weights_only=True)
+            returned = checks.Outcome(outputs=shipped["outputs"], error=shipped["error"] and tuple(shipped["error"]),
+                                      mutated=shipped["mutated"])
+            assert checks.judge(ex, cases, returned) == checks.judge(ex, cases, checks.run_cases(fn, cases))
+
+
+# --------------------------------------------------------------------------- the grader, end to end
+
+
+def _graded(tmp_path, sources, seed=5):
+    cells = [nbformat.v4.new_code_cell("from tinyformer import checks")]
+    for name, source in sources.items():
+        cells.append(nbformat.v4.new_code_cell(source, metadata={"tags": [f"exercise-{name}"]}))
+    path = tmp_path / "04-positions.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    work = tmp_path / "work"
+    work.mkdir()
+    return {n: (status, message) for n, status, message in grade.grade_exercises(path, work, seed, 30)}
+
+
+def test_the_grader_judges_chapter_four_in_its_sandbox(tmp_path):
+    half_split = SOLUTIONS["rope"].replace("a, b = x[..., 0::2], x[..., 1::2]",
+                                           "a, b = x[..., :d // 2], x[..., d // 2:]").replace(
+        "out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)\n    return out.flatten(-2)",
+        "return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)")
+    assert half_split != SOLUTIONS["rope"]
+    stubs = {}
+    cell = nbformat.v4.new_code_cell(SOLUTIONS["shift_matrix"], metadata={"tags": ["exercise-shift_matrix"]})
+    stubs["shift_matrix"] = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
+    rows = _graded(tmp_path, {**SOLUTIONS, "rope": half_split, **stubs})
+    assert list(rows) == CHAPTER + DRILLS
+    assert rows["sinusoidal_table"][0] == rows["binary_table"][0] == checks.PASS, rows
+    assert rows["shift_matrix"][0] == checks.NOT_IMPLEMENTED
+    assert rows["rope"][0] == checks.FAIL and "'rotate_half' layout" in rows["rope"][1]
+
+
+# --------------------------------------------------------------------------- the references
+
+
+def test_sinusoidal_reference_is_the_closed_form():
+    for T, d in checks.cases_for(checks.EXERCISES["sinusoidal_table"], 2):
+        expected = torch.tensor([[math.sin(t / 10000 ** (j / d)) if j % 2 == 0 else math.cos(t / 10000 ** ((j - 1) / d))
+                                  for j in range(d)] for t in range(T)], dtype=F64)
+        got = ch04.sinusoidal_table_reference(T, d)
+        assert got.dtype == F64
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_shift_reference_moves_every_pair_of_the_table():
+    """The shift property read off the library's table: [PE[t, 2i], PE[t, 2i+1]] @ M(θ_i, k) is
+    [PE[t+k, 2i], PE[t+k, 2i+1]], for every pair i, and M is a rotation."""
+    T, d = 40, 16
+    PE = positions.sinusoidal_positions(T, d, dtype=F64)
+    for i in range(d // 2):
+        theta = 10000 ** (-2 * i / d)
+        for k in (-5, 0, 1, 7):
+            M = ch04.shift_matrix_reference(theta, k)
+            rows = range(max(0, -k), min(T, T - k))
+            moved = PE[list(rows)][:, 2 * i:2 * i + 2] @ M
+            torch.testing.assert_close(moved, PE[[t + k for t in rows]][:, 2 * i:2 * i + 2], rtol=0, atol=1e-12)
+            torch.testing.assert_close(M.T @ M, torch.eye(2, dtype=F64), rtol=0, atol=1e-12)
+            assert torch.linalg.det(M).item() == pytest.approx(1.0)
+
+
+def test_shift_reference_passes_its_own_behaviour_test_and_rejects_the_transpose():
+    for omega, k in checks.cases_for(checks.EXERCISES["shift_matrix"], 1):
+        M = ch04.shift_matrix_reference(omega, k)
+        assert ch04._shift_ok((omega, k), M, M)
+        assert ch04._shift_ok((omega, k), M.T, M) == (math.sin(omega * k) == 0)
+
+
+def rope_by_complex(x, offset):
+    d = x.shape[-1]
+    z = torch.complex(x[..., 0::2], x[..., 1::2])                                 # (..., T, d/2)
+    p = torch.arange(offset, offset + x.shape[-2], dtype=F64)[:, None]
+    w = z * torch.exp(1j * p * 10000.0 ** (-torch.arange(d // 2, dtype=F64) * 2 / d))
+    return torch.stack((w.real, w.imag), dim=-1).flatten(-2)
+
+
+def test_rope_reference_is_complex_multiplication_and_the_module():
+    for case in checks.cases_for(checks.EXERCISES["rope"], 2):
+        x, offset = case[0], (case[1] if len(case) > 1 else 0)
+        ref = ch04.rope_reference(*case)
+        torch.testing.assert_close(ref, rope_by_complex(x, offset), rtol=1e-12, atol=1e-10)
+        torch.testing.assert_close(ref, positions.RotaryEmbedding(x.shape[-1])(x, offset), rtol=1e-12, atol=1e-10)
+        torch.testing.assert_close(ref.norm(dim=-1), x.norm(dim=-1))                      # a rotation
+
+
+def test_rope_reference_scores_depend_on_the_distance_only():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 16, generator=g, dtype=F64), torch.randn(1, 16, generator=g, dtype=F64)
+    for gap in (0, 1, 5, 30):
+        scores = [(ch04.rope_reference(q, m + gap) @ ch04.rope_reference(k, m).T).item() for m in (0, 3, 100, 2000)]
+        assert max(scores) - min(scores) < 1e-9, (gap, scores)
+
+
+def test_binary_reference_is_pythons_binary_digits():
+    for T, d in checks.cases_for(checks.EXERCISES["binary_table"], 2) + [(1, 1), (64, 6)]:
+        expected = torch.tensor([[int(c) for c in reversed(format(t, f"0{d}b"))] for t in range(T)], dtype=F64)
+        assert torch.equal(ch04.binary_table_reference(T, d), expected)
+
+
+def test_every_hint_is_written_once():
+    for name in ALL:
+        hints = checks.EXERCISES[name].hints()
+        assert len(hints) == len(set(hints)) and all(h.strip() for h in hints)
+        assert engine.EXERCISES[name] is checks.EXERCISES[name]
