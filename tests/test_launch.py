@@ -37,7 +37,7 @@ def pins(path: Path) -> dict[str, str]:
     """Name -> version of every ``name==version`` line of a requirements file."""
     found = {}
     for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
+        line = line.split("#")[0].split(";")[0].strip()   # no environment marker
         if "==" in line:
             name, version = line.split("==")
             found[canonicalize_name(name)] = version.strip()

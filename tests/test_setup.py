@@ -361,7 +361,8 @@ def test_bootstrap_pins_are_satisfied_by_our_own_pins():
     release (Colab's), nor the versions this book pins."""
     root = Path(__file__).resolve().parents[1]
     deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
-    pins = dict(line.strip().split("==") for line in (root / "requirements.txt").read_text().splitlines()
+    pins = dict(line.split(";")[0].strip().split("==")
+                for line in (root / "requirements.txt").read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
     pins = {canonicalize_name(k): v for k, v in pins.items()}
     assert {canonicalize_name(Requirement(d).name) for d in deps} >= {"torch", "numpy", "matplotlib", "tqdm"}
