@@ -8,6 +8,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DIR    ?= student
+# where make grade writes grades.csv, grades.json and grades.md; GRADE_FLAGS adds options (--jobs 2 …)
+OUT    ?= grades
+GRADE_FLAGS ?=
 BOOK_NOTEBOOKS := $(sort $(wildcard book/[0-9][0-9]-*.ipynb))
 
 .PHONY: install book test lint workflows pytest nbval sync claims build html execute student grade bench clean browser readers
@@ -72,7 +75,7 @@ student: $(STAMP)
 	$(PY) -m tinyformer.student book --out student
 
 grade: $(STAMP)
-	$(PY) -m tinyformer.grade $(DIR) --out grades
+	$(PY) -m tinyformer.grade "$(DIR)" --out "$(OUT)" $(GRADE_FLAGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention_cost.py

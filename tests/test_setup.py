@@ -108,6 +108,17 @@ def test_seed_everything_sets_thread_count(restore_global_state):
     assert torch.get_num_threads() == tsetup.NUM_THREADS
 
 
+def test_thread_count_comes_from_the_environment_when_set(monkeypatch):
+    monkeypatch.delenv("TINYFORMER_NUM_THREADS", raising=False)
+    assert tsetup._num_threads() == 2                       # the book's stored outputs were made with 2
+    monkeypatch.setenv("TINYFORMER_NUM_THREADS", " 1 ")     # what the grader sets for notebooks side by side
+    assert tsetup._num_threads() == 1
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("TINYFORMER_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match="TINYFORMER_NUM_THREADS must be a positive integer"):
+            tsetup._num_threads()
+
+
 @pytest.mark.parametrize("seed", [1.5, 1.0, "0", None, True, np.float64(3.0)], ids=repr)
 def test_seed_everything_rejects_non_int(restore_global_state, seed):
     with pytest.raises(TypeError, match="seed"):

@@ -22,6 +22,7 @@ import yaml
 from conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
+CLASSROOM = ROOT / "classroom" / ".github" / "workflows"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$")
 
@@ -30,13 +31,14 @@ lint_workflows = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lint_workflows)
 
 
-def load(name: str) -> dict:
-    data = yaml.safe_load((WORKFLOWS / name).read_text())
+def load(name: str, folder: Path = WORKFLOWS) -> dict:
+    data = yaml.safe_load((folder / name).read_text())
     data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
     return data
 
 
 TEST, BOOK = load("test.yml"), load("book.yml")
+GRADE = load("grade.yml", CLASSROOM)
 
 
 def steps(workflow: dict, job: str) -> list[dict]:
@@ -122,7 +124,7 @@ def test_the_site_is_published_from_the_branch_the_launch_buttons_open():
 
 
 def test_least_privilege_and_concurrency():
-    for workflow in (TEST, BOOK):
+    for workflow in (TEST, BOOK, GRADE):
         assert workflow["permissions"] == {"contents": "read"}
         assert "group" in workflow["concurrency"]
         for name, job in workflow["jobs"].items():
@@ -133,10 +135,31 @@ def test_least_privilege_and_concurrency():
                     assert step["with"]["persist-credentials"] is False
     assert [n for n, j in BOOK["jobs"].items() if "permissions" in j] == ["deploy"]
     assert all("permissions" not in j for j in TEST["jobs"].values())
+    assert all("permissions" not in j for j in GRADE["jobs"].values())
+
+
+def test_classroom_workflow_grades_with_make_grade_at_the_release_of_the_notebooks():
+    from tinyformer import __version__
+
+    assert GRADE["env"]["TINYFORMER_REF"] == f"v{__version__}"     # the tag the Colab bootstrap installs
+    assert "push" in GRADE["on"]
+    grader = [s for s in steps(GRADE, "grade") if s.get("with", {}).get("repository")]
+    assert [s["with"]["repository"] for s in grader] == ["tinyformer/tinyformer"]
+    assert grader[0]["with"]["ref"] == "${{ env.TINYFORMER_REF }}"
+    assert grader[0]["with"]["path"] == "tinyformer"
+    scripts = runs(GRADE, "grade")
+    [grade] = [r for r in scripts if " grade " in r]
+    assert grade.startswith("make -C tinyformer grade ") and 'OUT="$RUNNER_TEMP/grades"' in grade
+    assert any("bubblewrap" in r for r in scripts)
+    assert any('grades.md" >> "$GITHUB_STEP_SUMMARY"' in r for r in scripts)
+    setup = uses(GRADE, "grade", "actions/setup-python")
+    assert setup["with"]["python-version"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r'^\t\$\(PY\) -m tinyformer.grade "\$\(DIR\)" --out "\$\(OUT\)"', makefile, re.M)
 
 
 def test_every_action_is_pinned_to_a_commit_with_its_release():
-    for path in sorted(WORKFLOWS.glob("*.yml")):
+    for path in sorted([*WORKFLOWS.glob("*.yml"), *CLASSROOM.glob("*.yml")]):
         lines = [ln.split("uses:", 1)[1].strip() for ln in path.read_text().splitlines() if "uses:" in ln]
         assert lines, path
         for ref in lines:
@@ -204,7 +227,8 @@ def copies(folder: Path, kind: str | None) -> list[Path]:
 def test_the_workflows_pass_the_linters(capsys):
     assert lint_workflows.main([]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out.splitlines()
-    count = len(list(WORKFLOWS.glob("*.yml")))
+    count = len(list(WORKFLOWS.glob("*.yml"))) + len(list(CLASSROOM.glob("*.yml")))
+    assert count == 3
     assert out == [f"{name}: ok ({count} files)" for name in ("pins", "actionlint", "zizmor")]
 
 

@@ -1,6 +1,6 @@
 """Lint the GitHub Actions workflows: actionlint, zizmor, and how the actions are pinned.
 
-    python tools/lint_workflows.py [PATH ...]        (default: .github/workflows)
+    python tools/lint_workflows.py [PATH ...]   (default: .github/workflows, classroom/.github/workflows)
 
 Three checks, all offline, run with the binaries that requirements.txt pins into .venv/bin:
 
@@ -39,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
+CLASSROOM = ROOT / "classroom" / ".github" / "workflows"   # the template for students' repositories
 
 #: `uses: <ref>` with an optional trailing comment (the version), on a line of its own
 USES = re.compile(r"""^(?P<head>\s*(?:-\s+)?uses:\s*)(?P<q>["']?)(?P<ref>[^\s"'#]+)(?P=q)"""
@@ -161,8 +162,9 @@ def run_zizmor(files: list[Path]) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="*", type=Path, default=[WORKFLOWS],
-                        help="workflow files or folders (default: .github/workflows)")
+    parser.add_argument("paths", nargs="*", type=Path, default=[WORKFLOWS, CLASSROOM],
+                        help="workflow files or folders (default: .github/workflows and "
+                             "classroom/.github/workflows)")
     args = parser.parse_args(argv)
     try:
         files = workflow_files(args.paths)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
 import random
 import re
 import textwrap
@@ -11,9 +12,21 @@ import textwrap
 import numpy as np
 import torch
 
+
+def _num_threads(default: int = 2) -> int:
+    """``TINYFORMER_NUM_THREADS`` if set (the grader sets it to 1 when it runs notebooks side by
+    side: two kernels of two threads each on two cores run many times slower), else ``default``."""
+    text = os.environ.get("TINYFORMER_NUM_THREADS", "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"TINYFORMER_NUM_THREADS must be a positive integer, got {text!r}")
+    return int(text)
+
+
 #: Threads used for CPU kernels. Reductions over many floats change in their last digits with
 #: the thread count, so the book pins it to make printed numbers identical on every machine.
-NUM_THREADS = 2
+NUM_THREADS = _num_threads()
 
 
 def get_device() -> torch.device:

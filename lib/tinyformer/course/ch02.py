@@ -168,6 +168,13 @@ def _diagnose_by_hand(cases, outputs, refs):
 
 register(Exercise(
     name="attention_by_hand", number="2.1", function="attention_by_hand", chapter=CHAPTER, args=(),
+    library_answers=(
+        "tinyformer.attention.scaled_dot_product_attention",
+        "tinyformer.attention.attention_head",
+        "tinyformer.attention.simple_attention",
+        "tinyformer.attention.softmax",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
     make_cases=lambda g: [()], reference=_by_hand_reference,
     returns="a tuple (weights, out): weights of shape (3, 3) and out of shape (3, 2)", item_names=("weights", "out"),
     exact_dtype=False, accept_lists=True, rtol=0.0, atol=5e-3,   # numbers rounded by hand to 3 decimals
@@ -285,6 +292,7 @@ SUM_ROWS_SHAPE = ("W_O^(h) is a block of ROWS of W_O, W_O[h·d_head:(h+1)·d_hea
 
 register(Exercise(
     name="sum_over_heads", number="2.3", function="sum_over_heads", chapter=CHAPTER, args=("heads", "W_O"),
+    library_answers=("tinyformer.attention.merge_heads",),
     make_cases=_sum_cases, reference=lambda heads, W_O: A.merge_heads(heads) @ W_O,
     returns="the output tensor of shape (B, T, d_model)",
     mistakes=[
@@ -436,6 +444,7 @@ def _diagnose_flops(cases, outputs, refs):
 
 register(Exercise(
     name="block_flops", number="2.5", function="block_flops", chapter=CHAPTER, args=("T", "d_model", "d_ff"),
+    library_answers=("tinyformer.attention.attention_flops",),
     make_cases=_flops_cases, reference=block_flops_reference,
     returns="a tuple of three ints (projections, attention, feed_forward)",
     item_names=("projections", "attention", "feed_forward"),
@@ -467,6 +476,13 @@ MHA_TRANSPOSED_W = ("you multiplied by the transposed matrices (x @ W.T): nn.Lin
 
 register(Exercise(
     name="multi_head_attention", number="2.6", function="all_heads_at_once", chapter=CHAPTER,
+    library_answers=(
+        "tinyformer.attention.multi_head_attention",
+        "tinyformer.attention.attend_heads",
+        "tinyformer.attention.split_heads",
+        "tinyformer.attention.merge_heads",
+        "tinyformer.attention.MultiHeadAttention",
+    ),
     args=("x", "W_Q", "W_K", "W_V", "W_O", "n_heads"), make_cases=_mha_cases,
     reference=lambda x, W_Q, W_K, W_V, W_O, n_heads: A.multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads),
     returns="the output tensor of shape (B, T, d_model)",
@@ -545,6 +561,7 @@ def _shifted_softmax(shift):
 
 register(Exercise(
     name="stable_softmax", number="", function="stable_softmax", chapter=CHAPTER, args=("scores",), drill=True,
+    library_answers=("tinyformer.attention.softmax", "torch.nn.functional.softmax", "torch.softmax"),
     make_cases=_softmax_cases, reference=lambda s: A.softmax(s, dim=-1),
     returns="the tensor of weights, shaped like scores",
     mistakes=[
@@ -580,6 +597,7 @@ def _tril(T, diagonal=0):
 
 register(Exercise(
     name="causal_mask", number="", function="causal_mask", chapter=CHAPTER, args=("T",), drill=True,
+    library_answers=("tinyformer.attention.causal_mask",),
     make_cases=lambda g: [(1,), (2,), (_randint(g, 3, 8),), (_randint(g, 9, 16),)],
     reference=lambda T: A.causal_mask(T), returns="the (T, T) torch.bool mask",
     mistakes=[
@@ -609,6 +627,11 @@ def _head_cases(g):
 
 register(Exercise(
     name="attention_head", number="", function="attention_head", chapter=CHAPTER, args=("x", "W_Q", "W_K", "W_V"),
+    library_answers=(
+        "tinyformer.attention.attention_head",
+        "tinyformer.attention.scaled_dot_product_attention",
+        "torch.nn.functional.scaled_dot_product_attention",
+    ),
     drill=True, make_cases=_head_cases,
     reference=lambda x, W_Q, W_K, W_V: A.scaled_dot_product_attention(
         x @ W_Q, x @ W_K, x @ W_V, A.causal_mask(x.shape[-2]))[0],

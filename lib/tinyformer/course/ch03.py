@@ -110,6 +110,12 @@ def _diagnose_ln(cases, outputs, refs):
 
 register(Exercise(
     name="layer_norm", number="3.1", function="layer_norm", chapter=CHAPTER, args=("x", "gain", "bias", "eps"),
+    library_answers=(
+        "tinyformer.blocks.LayerNorm",
+        "torch.nn.functional.layer_norm",
+        "torch.nn.LayerNorm",
+        "torch.layer_norm",
+    ),
     make_cases=_layer_norm_cases,
     reference=lambda x, gain, bias, eps=1e-5: F.layer_norm(x, (x.shape[-1],), gain, bias, eps),
     returns="the normalised tensor, shaped like x",
@@ -473,6 +479,7 @@ def _diagnose_block(cases, outputs, refs):
 
 register(Exercise(
     name="block_forward", number="3.3", function="block_forward", chapter=CHAPTER,
+    library_answers=("tinyformer.blocks.TransformerBlock",),
     args=("x", "attn", "ffn", "ln_1", "ln_2", "norm"), make_cases=_block_cases, reference=block_forward_reference,
     returns="the block's output of shape (B, T, d_model)",
     mistakes=[(_block(**{n: slip}), hint) for n, slips in BLOCK_SLIPS.items() for slip, hint in slips] + [
@@ -568,6 +575,7 @@ def _diagnose_params(cases, outputs, refs):
 
 register(Exercise(
     name="block_params", number="3.4", function="block_params", chapter=CHAPTER, args=("d_model", "n_heads", "d_ff"),
+    library_answers=("tinyformer.blocks.block_param_count", "tinyformer.blocks.TransformerBlock"),
     make_cases=_params_cases, reference=block_params_reference, returns="the parameter count, an int",
     rtol=0.0, atol=0.0, compare=lambda case, out, ref: type(out) is int and out == ref,
     mistakes=[
@@ -639,6 +647,7 @@ def _diagnose_rms(cases, outputs, refs):
 
 register(Exercise(
     name="rms_norm", number="", function="rms_norm", chapter=CHAPTER, args=("x", "gain", "eps"), drill=True,
+    library_answers=("tinyformer.blocks.RMSNorm", "torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch.rms_norm"),
     make_cases=_rms_norm_cases,
     reference=lambda x, gain, eps=1e-6: F.rms_norm(x, (x.shape[-1],), gain, eps),
     returns="the normalised tensor, shaped like x",

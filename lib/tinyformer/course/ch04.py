@@ -176,6 +176,7 @@ def _diagnose_table(cases, outputs, refs):
 
 register(Exercise(
     name="sinusoidal_table", number="4.1", function="sinusoidal_table", chapter=CHAPTER, args=("T", "d"),
+    library_answers=("tinyformer.positions.sinusoidal_positions", "tinyformer.positions._angles"),
     make_cases=_table_cases, reference=sinusoidal_table_reference,
     returns="the (T, d) table, a float32 or float64 tensor",
     exact_dtype=False, rtol=0.0, atol=TABLE_ATOL,
@@ -452,6 +453,8 @@ def _diagnose_rope(cases, outputs, refs):
 
 register(Exercise(
     name="rope", number="4.3", function="rope", chapter=CHAPTER, args=("x", "offset"),
+    library_answers=("tinyformer.positions.apply_rotary", "tinyformer.positions.rotate_pairs",
+                     "tinyformer.positions.RotaryEmbedding"),
     make_cases=_rope_cases, reference=rope_reference, returns="the rotated tensor, shaped like x",
     rtol=1e-9, atol=ROPE_ATOL, mistakes=ROPE_MISTAKES,
     error_hints=[
@@ -498,6 +501,7 @@ def _bits(*, order="lsb", values="01", start=0, mask=True, form="T,d"):
 
 register(Exercise(
     name="binary_table", number="", function="binary_table", chapter=CHAPTER, args=("T", "d"), drill=True,
+    library_answers=("tinyformer.positions.binary_positions",),
     make_cases=_binary_cases, reference=binary_table_reference, returns="the (T, d) table of 0s and 1s",
     exact_dtype=False, rtol=0.0, atol=1e-6,
     mistakes=[

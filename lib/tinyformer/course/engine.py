@@ -34,12 +34,16 @@ Policies (the same for every chapter):
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 import re
 import textwrap
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -123,6 +127,10 @@ class Exercise:
     drill: bool = False            # a check outside the chapter's exercises: the grader does not expect it
     check_shapes: bool = True      # False: the outputs' shapes may differ from the reference's (a free
                                    # hidden width), and `compare` / `diagnose` judge them
+    library_answers: tuple[str, ...] = ()   # dotted names of functions (or classes: all their methods)
+                                   # that ARE the answer, e.g. "tinyformer.attention.causal_mask": the
+                                   # grader gives no credit to a function that calls one (see
+                                   # library_answer_keys; the exercise's `reference` always counts)
 
     @property
     def title(self) -> str:
@@ -145,6 +153,67 @@ def register(ex: Exercise) -> Exercise:
         raise ValueError(f"exercise {ex.name!r} has two identical hints")
     EXERCISES[ex.name] = ex
     return ex
+
+
+# --------------------------------------------------------------------------- the library's own answers
+
+
+def _resolve(dotted: str):
+    """The object a dotted name such as ``tinyformer.blocks.LayerNorm.forward`` names."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        return obj
+    raise ValueError(f"library_answers: {dotted!r} names no importable object")
+
+
+def _answer_key(obj, dotted: str, keys: dict[str, list], check_name: bool) -> None:
+    if isinstance(obj, (classmethod, staticmethod)):
+        obj = obj.__func__
+    obj = inspect.unwrap(obj)
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        if check_name and code.co_name != dotted.rsplit(".", 1)[-1]:
+            raise ValueError(f"library_answers: {dotted!r} is a wrapper (its code is {code.co_name!r}); name the "
+                             f"function it wraps")
+        tail = "/".join(Path(code.co_filename).parts[-2:])
+        keys["code"].append((tail, code.co_firstlineno, code.co_name, dotted))
+    elif isinstance(obj, types.BuiltinFunctionType) and getattr(obj, "__module__", None):
+        keys["builtin"].append((obj.__module__, obj.__name__, dotted))
+    else:
+        raise ValueError(f"library_answers: {dotted!r} is {describe(obj)}, not a function")
+
+
+def library_answer_keys(ex: Exercise) -> dict[str, list]:
+    """How the grader recognises a call of the library's own answer to ``ex`` while the reader's
+    function runs: ``{"code": [(file, first line, name, dotted name)], "builtin": [(module, name,
+    dotted name)]}`` for each of ``ex.library_answers`` (a class stands for every function defined
+    in its body) and for ``ex.reference``; ``file`` is the last two parts of the source path.
+    Raises ValueError for a name that names no function (a test calls this for every exercise)."""
+    keys: dict[str, list] = {"code": [], "builtin": []}
+    for dotted in ex.library_answers:
+        obj = _resolve(dotted)
+        if inspect.isclass(obj):
+            methods = [(n, f) for n, f in vars(obj).items()
+                       if inspect.isfunction(inspect.unwrap(getattr(f, "__func__", f)))]
+            if not methods:
+                raise ValueError(f"library_answers: class {dotted!r} defines no function")
+            for name, f in methods:
+                _answer_key(f, f"{dotted}.{name}", keys, check_name=True)
+        else:
+            _answer_key(obj, dotted, keys, check_name=True)
+    module, name = getattr(ex.reference, "__module__", "?"), getattr(ex.reference, "__qualname__", "?")
+    name = f"{module}.{name}" if "<" not in name else f"the reference answer in {module}"
+    _answer_key(ex.reference, name, keys, check_name=False)
+    return keys
 
 
 # --------------------------------------------------------------------------- arguments built for each call

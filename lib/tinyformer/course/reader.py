@@ -80,7 +80,12 @@ SOLUTION_OPEN = "<details>\n<summary>Solution</summary>\n"
 SOLUTION_AGAIN = "<details>\n<summary>Solution (continued)</summary>\n\n"
 EXERCISE_NOTE = ("*Exercise notebook.* Each coding exercise below has a stub that raises "
                  "`NotImplementedError`: replace it with your code and run the check cell under it. "
-                 "The worked solutions are left out; run the cells from the top.")
+                 "The worked solutions are left out; run the cells from the top.\n\n"
+                 "*If your instructor grades this notebook*, it is run from the top in a fresh kernel, "
+                 "then each exercise's function, as it stands at the end of the notebook, is called on "
+                 "new test inputs. Your imports, helpers and later cells count (the last definition "
+                 "wins). An answer that calls the library's own version of the function (for example "
+                 "`tinyformer.attention.causal_mask` for `causal_mask`) earns no credit.")
 HIDDEN = "jupyter"  # the cell metadata key JupyterLab and Notebook 7 read source_hidden / outputs_hidden from
 
 
