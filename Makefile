@@ -79,6 +79,7 @@ grade: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention_cost.py
+	$(PY) benchmarks/train_throughput.py
 
 clean:
 	rm -rf _build student grades

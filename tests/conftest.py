@@ -6,8 +6,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from tinyformer.student import exercise_name
+
+# The generic tests of every chapter's checks live there: rewrite their asserts as pytest does a test file's.
+pytest.register_assert_rewrite("exercise_suite")
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -36,3 +40,13 @@ def solutions() -> dict[str, str]:
     for path in chapter_notebooks():
         found.update(exercise_cells(path))
     return found
+
+
+@pytest.fixture
+def one_thread():
+    """Training a model this small is fastest on one thread, and far faster on a busy machine,
+    where two OpenMP threads wait for each other at every tiny kernel."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

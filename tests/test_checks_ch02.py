@@ -1,5 +1,7 @@
 """Chapter 2's checks: every solution passes, every stub is 'not implemented yet', and every
-registered mistake is caught, by its hint, whatever the seed.
+registered mistake is caught, by its hint, whatever the seed. These generic tests are written once,
+in tests/exercise_suite.py; the ``globals().update(SUITE...)`` lines below take in (and name) those
+this chapter runs.
 
 The solutions and the wrong answers below are written here, the way a learner would write them,
 independently of the known-wrong versions inside ``tinyformer.course.ch02``. The references are
@@ -10,24 +12,24 @@ from __future__ import annotations
 
 import math
 
-import nbformat
+import exercise_suite
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from exercise_suite import SEEDS, verdict_for
 from torch.utils.flop_counter import FlopCounterMode
 
 from tinyformer import checks
 from tinyformer.attention import MultiHeadAttention
 from tinyformer.course import ch02
-from tinyformer.student import make_student
 
-from conftest import chapter_notebooks, define, exercise_cells
+from conftest import BOOK, chapter_notebooks, exercise_cells
 
 CHAPTER = ["attention_by_hand", "previous_token_head", "sum_over_heads", "left_padded_causal_mask", "block_flops",
            "multi_head_attention"]
 DRILLS = ["stable_softmax", "causal_mask", "attention_head"]
-SEEDS = range(5)
+NOTEBOOK = BOOK / "02-attention.ipynb"
 
 # --------------------------------------------------------------------------- solutions (exercise cells)
 
@@ -152,9 +154,8 @@ def attention_head(x, W_Q, W_K, W_V):
 ''',
 }
 
-
-def solution(name):
-    return define(SOLUTIONS[name], checks.EXERCISES[name].function)
+SUITE = exercise_suite.Chapter(CHAPTER, DRILLS, SOLUTIONS, NOTEBOOK)
+solution = SUITE.solution
 
 
 # --------------------------------------------------------------------------- wrong answers, as learners write them
@@ -522,61 +523,36 @@ WRONG = [
     ("attention_head", learner_head(weights_too=True), "returned a tuple of 2 items; return only the output"),
     ("attention_head", learner_head(dtype=torch.float32), "returned torch.float32 for torch.float64 inputs"),
 ]
-WRONG_IDS = [f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)]
 
 
-def verdict_for(name, fn, seed):
-    ex = checks.EXERCISES[name]
-    cases = checks.cases_for(ex, seed)
-    return checks.judge(ex, cases, checks.run_cases(fn, cases))
+# --------------------------------------------------------------------------- the generic tests
 
-
-@pytest.fixture(scope="module")
-def wrong_verdicts():
-    """The verdicts of every wrong answer: {index in WRONG: [verdict for seed in SEEDS]}."""
-    return {k: [verdict_for(n, fn, seed) for seed in SEEDS] for k, (n, fn, _) in enumerate(WRONG)}
+# Written once, in tests/exercise_suite.py (its docstring says what each checks); chapter 2 runs these. Its odd
+# answers, whatever they return, are tried in tests/test_checks.py.
+globals().update(
+    # test_solution_passes, test_solution_passes_for_every_seed, test_stub_is_not_implemented
+    SUITE.solution_tests()
+    # test_nearly_right_fails
+    | SUITE.nearly_right_tests(["sum_over_heads", "block_flops", "multi_head_attention", "stable_softmax",
+                                "attention_head"])
+    # the fixture wrong_verdicts; test_wrong_answer_gets_its_hint_whatever_the_seed (each answer of WRONG),
+    # test_every_registered_hint_is_earned_by_a_wrong_answer, test_wrong_answers_get_different_verdicts
+    | SUITE.wrong_answer_tests(WRONG)
+    # test_seed_changes_the_inputs (never for 2.1 and 2.2, by design; for some seeds only for the mask and the FLOPs)
+    | SUITE.case_tests(fixed=["attention_by_hand", "previous_token_head"],
+                       sometimes_fixed=["causal_mask", "block_flops"], dtypes=(torch.float64, torch.int64))
+)
 
 
 # --------------------------------------------------------------------------- the registry
 
 
 def test_chapter_two_registry():
-    ours = [n for n, ex in checks.EXERCISES.items() if ex.chapter == "02-attention"]
-    assert ours == CHAPTER + DRILLS
-    assert [checks.EXERCISES[n].number for n in CHAPTER] == ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6"]
-    assert all(checks.EXERCISES[n].drill and not checks.EXERCISES[n].number for n in DRILLS)
-    assert checks.EXERCISES["multi_head_attention"].function == "all_heads_at_once"
-    for name in CHAPTER + DRILLS:
-        assert callable(getattr(checks, f"check_{name}")), name
+    SUITE.assert_registry(numbers=["2.1", "2.2", "2.3", "2.4", "2.5", "2.6"],
+                          functions={"multi_head_attention": "all_heads_at_once"})
 
 
 # --------------------------------------------------------------------------- solutions and stubs
-
-
-@pytest.mark.parametrize("name", CHAPTER + DRILLS)
-def test_solution_passes(name, capsys):
-    verdict = getattr(checks, f"check_{name}")(solution(name))
-    line = capsys.readouterr().out.strip()
-    assert verdict.passed and bool(verdict), verdict.message
-    assert line.startswith("✓") and line == verdict.message
-
-
-@pytest.mark.parametrize("name", CHAPTER + DRILLS)
-def test_solution_passes_for_every_seed(name):
-    for seed in SEEDS:
-        assert verdict_for(name, solution(name), seed).passed, seed
-
-
-@pytest.mark.parametrize("name", CHAPTER + DRILLS)
-def test_stub_is_not_implemented(name, capsys):
-    cell = nbformat.v4.new_code_cell(SOLUTIONS[name], metadata={"tags": [f"exercise-{name}"]})
-    stub = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
-    function = checks.EXERCISES[name].function
-    assert f'raise NotImplementedError("{function} is not implemented yet")' in stub
-    verdict = checks.check(name, define(stub, function))
-    line = capsys.readouterr().out.strip()
-    assert verdict.status == checks.NOT_IMPLEMENTED and not verdict
-    assert line.startswith("✗") and "not implemented yet" in line and "it calls" not in line
 
 
 NOTEBOOK_SOLUTIONS = {name: source for path in chapter_notebooks() for name, source in exercise_cells(path).items()}
@@ -584,63 +560,13 @@ NOTEBOOK_SOLUTIONS = {name: source for path in chapter_notebooks() for name, sou
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOK_SOLUTIONS))
 def test_chapter_solution_passes(name, capsys):
-    """The chapter's own solution cells (those it has) pass their checks."""
-    function = checks.EXERCISES[name].function
-    assert f"def {function}(" in NOTEBOOK_SOLUTIONS[name], f"the exercise-{name} cell does not define {function}"
-    verdict = checks.check(name, define(NOTEBOOK_SOLUTIONS[name], function))
+    """The chapters' own solution cells (those they have) pass their checks."""
+    verdict = checks.check(name, exercise_suite.cell_function(name, NOTEBOOK_SOLUTIONS[name]))
     capsys.readouterr()
     assert verdict.passed, verdict.message
 
 
 # --------------------------------------------------------------------------- wrong answers
-
-
-@pytest.mark.parametrize("k", range(len(WRONG)), ids=WRONG_IDS)
-def test_wrong_answer_gets_its_hint_whatever_the_seed(k, wrong_verdicts):
-    name, _, phrase = WRONG[k]
-    verdicts = wrong_verdicts[k]
-    first = verdicts[0]
-    assert not first and first.status in (checks.FAIL, checks.ERROR, checks.NOT_IMPLEMENTED), first.message
-    assert first.message.startswith("✗")
-    assert phrase in first.message, first.message
-    assert all(len(line) <= 88 for line in first.wrapped().splitlines())
-    assert [v.message for v in verdicts] == [first.message] * len(verdicts), "the verdict depends on the seed"
-
-
-@pytest.mark.parametrize("name", CHAPTER + DRILLS)
-def test_every_registered_hint_is_earned_by_a_wrong_answer(name, wrong_verdicts):
-    earned = " ".join(wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name)
-    missing = [hint for hint in checks.EXERCISES[name].hints() if hint not in earned]
-    assert not missing, f"no test answer earns these hints of {name}: {missing}"
-
-
-def test_wrong_answers_get_different_verdicts(wrong_verdicts):
-    for name in CHAPTER + DRILLS:
-        messages = [wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name]
-        phrases = [p for n, _, p in WRONG if n == name]
-        # answers with different phrases must get different messages
-        for a in range(len(messages)):
-            for b in range(a):
-                if phrases[a] != phrases[b]:
-                    assert messages[a] != messages[b], (name, phrases[a], phrases[b])
-
-
-def nearly(fn, rel=1e-4):
-    """``fn`` with every float output scaled by (1 + rel): almost right, and still wrong."""
-    def scale(out):
-        if isinstance(out, tuple):
-            return tuple(scale(o) for o in out)
-        return out * (1 + rel)
-    return lambda *args: scale(fn(*args))
-
-
-@pytest.mark.parametrize("name", ["sum_over_heads", "block_flops", "multi_head_attention", "stable_softmax",
-                                  "attention_head"])
-def test_nearly_right_fails(name, capsys):
-    for rel in (1e-4, 1e-7):
-        verdict = checks.check(name, nearly(solution(name), rel))
-        assert not verdict and verdict.status == checks.FAIL, (rel, verdict.message)
-    capsys.readouterr()
 
 
 def test_hand_rounding_to_three_decimals_passes(capsys):
@@ -671,23 +597,6 @@ def test_previous_token_head_accepts_any_strong_enough_solution(capsys):
     verdict = checks.check_previous_token_head(lambda n: tuple(np.asarray(m).tolist() for m in prev_head()(n)))
     capsys.readouterr()
     assert not verdict and "W_Q is a list of 4 items; return a torch.Tensor" in verdict.message
-
-
-def same_cases(a, b) -> bool:
-    return len(a) == len(b) and all(
-        type(x) is type(y) and (torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y)
-        for ca, cb in zip(a, b) for x, y in zip(ca, cb))
-
-
-@pytest.mark.parametrize("name", CHAPTER + DRILLS)
-def test_seed_changes_the_inputs(name):
-    ex = checks.EXERCISES[name]
-    first = checks.cases_for(ex, 0)
-    assert same_cases(first, checks.cases_for(ex, 0))                 # reproducible
-    changed = [not same_cases(first, checks.cases_for(ex, seed)) for seed in SEEDS[1:]]
-    fixed = {"attention_by_hand", "previous_token_head"}                # fixed inputs, by design
-    assert all(changed) if name not in {"causal_mask", "block_flops"} | fixed else any(changed) != (name in fixed)
-    assert all(x.dtype in (torch.float64, torch.int64) for c in first for x in c if isinstance(x, torch.Tensor))
 
 
 # --------------------------------------------------------------------------- the references

@@ -1,6 +1,8 @@
 """Chapter 3's checks: every solution passes, every stub is 'not implemented yet', every registered
 mistake is caught by its own hint whatever the seed, and wrong answers written here, the way a
-learner would write them, fail with the hint that names their slip.
+learner would write them, fail with the hint that names their slip. These generic tests are written
+once, in tests/exercise_suite.py; the ``globals().update(SUITE...)`` lines below take in (and name)
+those this chapter runs.
 
 The solutions and wrong answers below are written independently of ``tinyformer.course.ch03``. The
 references are checked against torch.nn.LayerNorm / RMSNorm, a block written from torch primitives
@@ -11,27 +13,25 @@ the tests that read it are skipped while it does not exist.
 
 from __future__ import annotations
 
-import io
 import math
 
-import nbformat
+import exercise_suite
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from exercise_suite import SEEDS, verdict_for
 
 from tinyformer import blocks, checks
 from tinyformer.attention import MultiHeadAttention
-from tinyformer.course import ch03, engine, grade
-from tinyformer.student import make_student
+from tinyformer.course import ch03, engine
 
-from conftest import BOOK, define, exercise_cells
+from conftest import BOOK
 
 CHAPTER = ["layer_norm", "absolute_value_ffn", "block_forward", "block_params"]
 DRILLS = ["rms_norm"]
 ALL = CHAPTER + DRILLS
-SEEDS = range(5)
 NOTEBOOK = BOOK / "03-transformer-block.ipynb"
 
 # --------------------------------------------------------------------------- solutions (exercise cells)
@@ -109,15 +109,8 @@ def rms_norm(x, gain, eps=1e-6):
 ''',
 }
 
-
-def solution(name):
-    return define(SOLUTIONS[name], checks.EXERCISES[name].function)
-
-
-def verdict_for(name, fn, seed=0):
-    ex = checks.EXERCISES[name]
-    cases = checks.cases_for(ex, seed)
-    return checks.judge(ex, cases, checks.run_cases(fn, cases))
+SUITE = exercise_suite.Chapter(CHAPTER, DRILLS, SOLUTIONS, NOTEBOOK)
+solution = SUITE.solution
 
 
 # --------------------------------------------------------------------------- wrong answers, as learners write them
@@ -575,57 +568,53 @@ WRONG = [
     ("rms_norm", rms_abs(with_eps=False), "the mean of |x|"),
     ("rms_norm", rms_no_keepdim, "pass keepdim=True (x.pow(2)"),
 ]
-WRONG_IDS = [f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)]
 
 
-@pytest.fixture(scope="module")
-def wrong_verdicts():
-    """The verdicts of every wrong answer: {index in WRONG: [verdict for seed in SEEDS]}."""
-    return {k: [verdict_for(n, fn, seed) for seed in SEEDS] for k, (n, fn, _) in enumerate(WRONG)}
+# What a check must refuse without raising: the odd answers of every chapter, and this chapter's own.
+BAD = {
+    **exercise_suite.odd_answers((2, 2)),
+    "wrong-shape": lambda *a: torch.zeros(1),
+    "meta": lambda *a: torch.empty(3, 3, device="meta"),
+    "float16": lambda *a: torch.zeros(3, 4, 5, dtype=torch.float16),
+    "four-of-anything": lambda *a: ("W_1", None, [1.0, [2.0]], exercise_suite.Hostile()),
+    "four-big": lambda *a: tuple(torch.zeros(3, 3, dtype=torch.float64) for _ in range(4)),
+}
+
+
+# --------------------------------------------------------------------------- the generic tests
+
+# Written once, in tests/exercise_suite.py (its docstring says what each checks); chapter 3 runs these.
+globals().update(
+    # test_solution_passes, test_solution_passes_for_every_seed, test_stub_is_not_implemented
+    SUITE.solution_tests()
+    # test_nearly_right_fails
+    | SUITE.nearly_right_tests(["layer_norm", "block_forward", "rms_norm"])
+    # test_the_chapter_has_a_cell_for_every_checked_exercise, test_chapter_solution_passes_for_every_seed
+    | SUITE.notebook_tests()
+    # test_every_registered_mistake_is_caught_by_its_own_hint,
+    # test_the_cases_tell_every_mistake_from_the_reference_and_the_others (the outputs of a run flattened into one
+    # vector, apart by more than 1e-9 somewhere)
+    | SUITE.registered_mistake_tests(apart_by=1e-9, flattened=True)
+    # the fixture wrong_verdicts; test_wrong_answer_gets_its_hint_whatever_the_seed (each answer of WRONG),
+    # test_every_registered_hint_is_earned_by_a_wrong_answer, test_wrong_answers_get_different_verdicts
+    | SUITE.wrong_answer_tests(WRONG)
+    # test_any_wrong_answer_fails_without_raising (each answer of BAD)
+    | SUITE.odd_answer_tests(BAD)
+    # test_seed_changes_the_inputs (never for the fixed inputs of 3.2), test_cases_travel_to_the_sandbox_and_back
+    # (these answers too)
+    | SUITE.case_tests(fixed=["absolute_value_ffn"])
+    | SUITE.travel_tests([BAD["tuple"], BAD["meta"], learner_block(pre="normed_stream")])
+)
 
 
 # --------------------------------------------------------------------------- the registry
 
 
 def test_chapter_three_registry():
-    ours = [n for n, ex in checks.EXERCISES.items() if ex.chapter == "03-transformer-block"]
-    assert ours == CHAPTER + DRILLS
-    assert [checks.EXERCISES[n].number for n in CHAPTER] == ["3.1", "3.2", "3.3", "3.4"]
-    assert all(checks.EXERCISES[n].drill and not checks.EXERCISES[n].number for n in DRILLS)
-    assert not any(checks.EXERCISES[n].drill for n in CHAPTER)
-    assert [checks.EXERCISES[n].function for n in ALL] == ALL
-    for name in ALL:
-        assert callable(getattr(checks, f"check_{name}")), name
-    assert grade._expected_exercises(BOOK / "03-transformer-block.ipynb", []) == CHAPTER
+    SUITE.assert_registry(numbers=["3.1", "3.2", "3.3", "3.4"])
 
 
 # --------------------------------------------------------------------------- solutions and stubs
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_solution_passes(name, capsys):
-    verdict = getattr(checks, f"check_{name}")(solution(name))
-    line = capsys.readouterr().out.strip()
-    assert verdict.passed and bool(verdict), verdict.message
-    assert line.startswith("✓") and line == verdict.message
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_solution_passes_for_every_seed(name):
-    for seed in SEEDS:
-        assert verdict_for(name, solution(name), seed).passed, seed
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_stub_is_not_implemented(name, capsys):
-    cell = nbformat.v4.new_code_cell(SOLUTIONS[name], metadata={"tags": [f"exercise-{name}"]})
-    stub = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
-    function = checks.EXERCISES[name].function
-    assert f'raise NotImplementedError("{function} is not implemented yet")' in stub
-    verdict = checks.check(name, define(stub, function))
-    line = capsys.readouterr().out.strip()
-    assert verdict.status == checks.NOT_IMPLEMENTED and not verdict
-    assert line.startswith("✗") and "not implemented yet" in line and "it calls" not in line
 
 
 def test_a_block_that_calls_an_unfinished_layer_norm_is_told_so(capsys):
@@ -634,110 +623,7 @@ def test_a_block_that_calls_an_unfinished_layer_norm_is_told_so(capsys):
             raise NotImplementedError("layer_norm is not implemented yet")
         return x + attn(layer_norm(x, ln_1.weight, ln_1.bias))
 
-    verdict = checks.check_block_forward(block_forward)
-    capsys.readouterr()
-    assert verdict.status == checks.NOT_IMPLEMENTED
-    assert verdict.message.endswith("it calls layer_norm, which is not implemented yet (Exercise 3.1).")
-
-
-# --------------------------------------------------------------------------- the chapter's own cells
-
-NOTEBOOK_SOLUTIONS = exercise_cells(NOTEBOOK) if NOTEBOOK.exists() else {}
-needs_notebook = pytest.mark.skipif(not NOTEBOOK.exists(), reason="book/03-transformer-block.ipynb not written yet")
-
-
-@needs_notebook
-def test_the_chapter_has_a_cell_for_every_checked_exercise():
-    missing = [n for n in CHAPTER if n not in NOTEBOOK_SOLUTIONS]
-    assert not missing, f"no cell tagged exercise-<name> for {missing}"
-
-
-@needs_notebook
-@pytest.mark.parametrize("name", sorted(NOTEBOOK_SOLUTIONS) or ["none"])
-def test_chapter_solution_passes_for_every_seed(name):
-    function = checks.EXERCISES[name].function
-    source = NOTEBOOK_SOLUTIONS[name]
-    assert f"def {function}(" in source, f"the exercise-{name} cell does not define {function}"
-    for seed in SEEDS:
-        verdict = verdict_for(name, define(source, function), seed)
-        assert verdict.passed, (seed, verdict.message)
-
-
-# --------------------------------------------------------------------------- the registered mistakes
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_every_registered_mistake_is_caught_by_its_own_hint(name):
-    ex = checks.EXERCISES[name]
-    for seed in SEEDS:
-        cases = checks.cases_for(ex, seed)
-        for wrong, hint in ex.mistakes:
-            verdict = checks.judge(ex, cases, checks.run_cases(wrong, cases))
-            assert not verdict and verdict.message.endswith(f"Hint: {hint}"), (seed, verdict.message)
-
-
-def _flat(out):
-    if isinstance(out, tuple):
-        return torch.cat([_flat(o) for o in out])
-    return out.reshape(-1).double() if isinstance(out, torch.Tensor) else torch.tensor([float(out)])
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_the_cases_tell_every_mistake_from_the_reference_and_the_others(name):
-    """On every seed, each mistake differs from the reference and from every other mistake."""
-    ex = checks.EXERCISES[name]
-    for seed in SEEDS:
-        cases = checks.cases_for(ex, seed)
-        runs = [checks.run_cases(ex.reference, cases)] + [checks.run_cases(w, cases) for w, _ in ex.mistakes]
-        flat = [torch.cat([_flat(o).double() for o in r.outputs]) for r in runs]
-        for a in range(len(flat)):
-            for b in range(a):
-                same = flat[a].shape == flat[b].shape and torch.allclose(flat[a], flat[b], rtol=1e-6, atol=1e-9)
-                assert not same, (seed, a, b)
-
-
-# --------------------------------------------------------------------------- learners' wrong answers
-
-
-@pytest.mark.parametrize("k", range(len(WRONG)), ids=WRONG_IDS)
-def test_wrong_answer_gets_its_hint_whatever_the_seed(k, wrong_verdicts):
-    name, _, phrase = WRONG[k]
-    verdicts = wrong_verdicts[k]
-    first = verdicts[0]
-    assert not first and first.status in (checks.FAIL, checks.ERROR), first.message
-    assert first.message.startswith("✗") and "could not judge" not in first.message
-    assert phrase in first.message, first.message
-    assert all(len(line) <= 88 for line in first.wrapped().splitlines())
-    assert [v.message for v in verdicts] == [first.message] * len(verdicts), "the verdict depends on the seed"
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_every_registered_hint_is_earned_by_a_wrong_answer(name, wrong_verdicts):
-    earned = " ".join(wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name)
-    missing = [hint for hint in checks.EXERCISES[name].hints() if hint not in earned]
-    assert not missing, f"no test answer earns these hints of {name}: {missing}"
-
-
-def test_wrong_answers_get_different_verdicts(wrong_verdicts):
-    for name in ALL:
-        messages = [wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name]
-        phrases = [p for n, _, p in WRONG if n == name]
-        for a in range(len(messages)):
-            for b in range(a):
-                if phrases[a] != phrases[b]:
-                    assert messages[a] != messages[b], (name, phrases[a], phrases[b])
-
-
-def nearly(fn, rel):
-    return lambda *args: fn(*args) * (1 + rel)
-
-
-@pytest.mark.parametrize("name", ["layer_norm", "block_forward", "rms_norm"])
-def test_nearly_right_fails(name, capsys):
-    for rel in (1e-4, 1e-7):
-        verdict = checks.check(name, nearly(solution(name), rel))
-        assert not verdict and verdict.status == checks.FAIL, (rel, verdict.message)
-    assert checks.check(name, nearly(solution(name), 1e-13))           # another order of the sums
+    exercise_suite.assert_it_calls_an_unfinished(checks.check_block_forward(block_forward), "layer_norm", "3.1")
     capsys.readouterr()
 
 
@@ -791,53 +677,6 @@ def test_block_params_accepts_whole_numbers_only(capsys):
 # --------------------------------------------------------------------------- whatever is returned, no exception
 
 
-class Hostile:
-    def __len__(self):
-        raise RuntimeError("no len")
-
-    def __repr__(self):
-        raise RuntimeError("no repr")
-
-
-def _raise(err):
-    def fn(*args):
-        raise err
-    return fn
-
-
-BAD = {
-    "runtime-error": _raise(RuntimeError("boom")),
-    "system-exit": _raise(SystemExit(3)),
-    "none": lambda *a: None,
-    "string": lambda *a: "a tensor",
-    "tuple": lambda *a: (torch.zeros(1), torch.zeros(1)),
-    "list": lambda *a: [torch.zeros(2, 2)],
-    "list-of-numbers": lambda *a: [1.0, 2.0],
-    "ndarray": lambda *a: np.zeros((2, 2)),
-    "dict": lambda *a: {"out": torch.zeros(1)},
-    "hostile": lambda *a: Hostile(),
-    "wrong-shape": lambda *a: torch.zeros(1),
-    "nan": lambda *a: torch.full((2, 2), math.nan, dtype=torch.float64),
-    "meta": lambda *a: torch.empty(3, 3, device="meta"),
-    "float16": lambda *a: torch.zeros(3, 4, 5, dtype=torch.float16),
-    "complex": lambda *a: torch.zeros(2, 2, dtype=torch.complex128),
-    "int": lambda *a: 7,
-    "bool": lambda *a: True,
-    "four-of-anything": lambda *a: ("W_1", None, [1.0, [2.0]], Hostile()),
-    "four-big": lambda *a: tuple(torch.zeros(3, 3, dtype=torch.float64) for _ in range(4)),
-    "module": lambda *a: nn.Linear(2, 2),
-}
-
-
-@pytest.mark.parametrize("bad", list(BAD), ids=list(BAD))
-@pytest.mark.parametrize("name", ALL)
-def test_any_wrong_answer_fails_without_raising(name, bad, capsys):
-    verdict = checks.check(name, BAD[bad])
-    line = capsys.readouterr().out.strip()
-    assert not verdict and line.startswith("✗") and verdict.message.startswith("✗")
-    assert "could not judge" not in verdict.message, verdict.message
-
-
 def test_another_device_is_named(capsys):
     verdict = checks.check_layer_norm(lambda x, *a: torch.zeros_like(x, device="meta"))
     capsys.readouterr()
@@ -845,33 +684,6 @@ def test_another_device_is_named(capsys):
 
 
 # --------------------------------------------------------------------------- the cases
-
-
-def _leaves(case):
-    for item in case:
-        if isinstance(item, dict):
-            yield from _leaves(tuple(item[k] for k in sorted(item)))
-        elif isinstance(item, (tuple, list)):
-            yield from _leaves(tuple(item))
-        else:
-            yield item
-
-
-def same_cases(a, b) -> bool:
-    la, lb = [list(_leaves(c)) for c in a], [list(_leaves(c)) for c in b]
-    return len(la) == len(lb) and all(
-        len(x) == len(y) and all(type(u) is type(v) and (torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v)
-                                 for u, v in zip(x, y)) for x, y in zip(la, lb))
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_seed_changes_the_inputs(name):
-    ex = checks.EXERCISES[name]
-    first = checks.cases_for(ex, 0)
-    assert same_cases(first, checks.cases_for(ex, 0))                 # reproducible
-    changed = [not same_cases(first, checks.cases_for(ex, seed)) for seed in SEEDS[1:]]
-    assert not any(changed) if name == "absolute_value_ffn" else all(changed)
-    assert all(x.dtype == torch.float64 for c in first for x in _leaves(c) if isinstance(x, torch.Tensor))
 
 
 def test_the_cases_are_built_to_expose_the_mistakes():
@@ -891,26 +703,6 @@ def test_the_cases_are_built_to_expose_the_mistakes():
             assert n_heads >= 2 and d_model % n_heads == 0
         assert sum(d_ff != 4 * d_model for d_model, _, d_ff in checks.cases_for(checks.EXERCISES["block_params"],
                                                                                  seed)) >= 3
-
-
-def test_cases_travel_to_the_sandbox_and_back(tmp_path):
-    """The grader ships the cases with torch.save and reads them with weights_only=True; the
-    modules of Exercise 3.3 travel as their weights and are built again there."""
-    for name in ALL:
-        ex = checks.EXERCISES[name]
-        cases = checks.cases_for(ex, seed=3)
-        torch.save(cases, tmp_path / "cases.pt")
-        back = torch.load(tmp_path / "cases.pt", weights_only=True)
-        assert same_cases(cases, back)
-        for fn in (solution(name), BAD["tuple"], BAD["meta"], learner_block(pre="normed_stream")):
-            outcome = checks.run_cases(fn, back)
-            buf = io.BytesIO()
-            torch.save({"outputs": outcome.outputs, "error": outcome.error, "mutated": outcome.mutated}, buf)
-            buf.seek(0)
-            shipped = torch.load(buf, weights_only=True)
-            returned = checks.Outcome(outputs=shipped["outputs"], error=shipped["error"] and tuple(shipped["error"]),
-                                      mutated=shipped["mutated"])
-            assert checks.judge(ex, cases, returned) == checks.judge(ex, cases, checks.run_cases(fn, cases))
 
 
 def test_every_call_gets_fresh_modules(capsys):
@@ -962,31 +754,16 @@ def test_a_wrong_shape_names_the_modules_not_their_weights(capsys):
 # --------------------------------------------------------------------------- the grader, end to end
 
 
-def _graded(tmp_path, sources, seed=5):
-    cells = [nbformat.v4.new_code_cell("from tinyformer import checks")]
-    for name, source in sources.items():
-        cells.append(nbformat.v4.new_code_cell(source, metadata={"tags": [f"exercise-{name}"]}))
-    path = tmp_path / "03-transformer-block.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
-    work = tmp_path / "work"
-    work.mkdir()
-    return {n: (status, message) for n, status, message in grade.grade_exercises(path, work, seed, 30)}
-
-
 def test_the_grader_judges_chapter_three_in_its_sandbox(tmp_path):
     in_place = SOLUTIONS["block_forward"].replace("x = x + attn(ln_1(x))", "x += attn(ln_1(x))")
-    rows = _graded(tmp_path, {**SOLUTIONS, "block_forward": in_place})
+    rows = SUITE.graded(tmp_path, {**SOLUTIONS, "block_forward": in_place})
     assert list(rows) == CHAPTER + DRILLS
     assert all(rows[n][0] == checks.PASS for n in ALL if n != "block_forward"), rows
     assert rows["block_forward"][0] == checks.FAIL and "changed its input `x` in place" in rows["block_forward"][1]
 
 
 def test_the_grader_reports_stubs_and_missing_cells(tmp_path):
-    stubs = {}
-    for name in ("layer_norm", "block_forward"):
-        cell = nbformat.v4.new_code_cell(SOLUTIONS[name], metadata={"tags": [f"exercise-{name}"]})
-        stubs[name] = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
-    rows = _graded(tmp_path, stubs)
+    rows = SUITE.graded(tmp_path, {name: SUITE.stub(name) for name in ("layer_norm", "block_forward")})
     assert rows["layer_norm"][0] == rows["block_forward"][0] == checks.NOT_IMPLEMENTED
     assert rows["absolute_value_ffn"][0] == rows["block_params"][0] == "missing" and "rms_norm" not in rows
 

@@ -1,6 +1,8 @@
 """Chapter 4's checks: every solution passes, every stub is 'not implemented yet', every registered
 mistake is caught by its own hint whatever the seed, and wrong answers written here, the way a
-learner would write them, fail with the hint that names their slip.
+learner would write them, fail with the hint that names their slip. These generic tests are written
+once, in tests/exercise_suite.py; the ``globals().update(SUITE...)`` lines below take in (and name)
+those this chapter runs.
 
 The solutions and wrong answers below are written independently of ``tinyformer.course.ch04``: with
 loops over positions and columns, Python's math module, NumPy, complex numbers, and in float32 where
@@ -12,25 +14,22 @@ RoPE, its relative-position property, and the library's RotaryEmbedding. The cha
 
 from __future__ import annotations
 
-import io
 import math
 
-import nbformat
+import exercise_suite
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
+from exercise_suite import SEEDS, verdict_for
 
 from tinyformer import checks, positions
-from tinyformer.course import ch04, engine, grade
-from tinyformer.student import make_student
+from tinyformer.course import ch04
 
-from conftest import BOOK, define, exercise_cells
+from conftest import BOOK
 
 CHAPTER = ["sinusoidal_table", "shift_matrix", "rope"]
 DRILLS = ["binary_table"]
 ALL = CHAPTER + DRILLS
-SEEDS = range(5)
 NOTEBOOK = BOOK / "04-positions.ipynb"
 F64 = torch.float64
 
@@ -102,15 +101,8 @@ def binary_table(T, d):
 ''',
 }
 
-
-def solution(name):
-    return define(SOLUTIONS[name], checks.EXERCISES[name].function)
-
-
-def verdict_for(name, fn, seed=0):
-    ex = checks.EXERCISES[name]
-    cases = checks.cases_for(ex, seed)
-    return checks.judge(ex, cases, checks.run_cases(fn, cases))
+SUITE = exercise_suite.Chapter(CHAPTER, DRILLS, SOLUTIONS, NOTEBOOK)
+solution = SUITE.solution
 
 
 # --------------------------------------------------------------------------- wrong answers, as learners write them
@@ -473,145 +465,68 @@ WRONG = [
     ("binary_table", learner_bits(dtype=torch.bool), "return real numbers"),
     ("binary_table", lambda T, d: learner_bits()(T, d)[:, :-1], "output shape (8, 2), expected (8, 3)"),
 ]
-WRONG_IDS = [f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)]
 
 
-@pytest.fixture(scope="module")
-def wrong_verdicts():
-    """The verdicts of every wrong answer: {index in WRONG: [verdict for seed in SEEDS]}."""
-    return {k: [verdict_for(n, fn, seed) for seed in SEEDS] for k, (n, fn, _) in enumerate(WRONG)}
+# What a check must refuse without raising: the odd answers of every chapter, and this chapter's own.
+BAD = {
+    **exercise_suite.odd_answers((2, 2)),
+    "nested-list": lambda *a: [[1.0, 0.0], [0.0, 1.0]],
+    "wrong-shape": lambda *a: torch.zeros(1),
+    "inf-table": lambda *a: torch.full((5, 4), math.inf),
+    "zeros-table": lambda *a: torch.zeros(5, 4),
+    "meta": lambda *a: torch.empty(3, 3, device="meta"),
+    "meta-2x2": lambda *a: torch.empty(2, 2, dtype=torch.float64, device="meta"),
+    "int-2x2": lambda *a: torch.zeros(2, 2, dtype=torch.int64),
+    "huge": lambda *a: torch.full((2, 2), 1e308, dtype=torch.float64),
+}
+
+
+# --------------------------------------------------------------------------- the generic tests
+
+# Written once, in tests/exercise_suite.py (its docstring says what each checks); chapter 4 runs these.
+globals().update(
+    # test_solution_passes, test_solution_passes_for_every_seed, test_solution_code_fits_the_page (79 columns),
+    # test_stub_is_not_implemented
+    SUITE.solution_tests(page_width=79)
+    # test_nearly_right_fails
+    | SUITE.nearly_right_tests(["shift_matrix", "rope"])
+    # test_the_chapter_has_a_cell_for_every_checked_exercise, test_chapter_solution_passes_for_every_seed
+    | SUITE.notebook_tests()
+    # test_every_registered_mistake_is_caught_by_its_own_hint,
+    # test_the_cases_tell_every_mistake_from_the_reference_and_the_others (apart by more than 1e-3 somewhere)
+    | SUITE.registered_mistake_tests(apart_by=1e-3)
+    # the fixture wrong_verdicts; test_wrong_answer_gets_its_hint_whatever_the_seed (each answer of WRONG),
+    # test_every_registered_hint_is_earned_by_a_wrong_answer, test_wrong_answers_get_different_verdicts
+    | SUITE.wrong_answer_tests(WRONG)
+    # test_any_wrong_answer_fails_without_raising (each answer of BAD), test_another_device_is_named
+    | SUITE.odd_answer_tests(BAD) | SUITE.meta_device_tests()
+    # test_seed_changes_the_inputs, test_cases_travel_to_the_sandbox_and_back (these answers too)
+    | SUITE.case_tests()
+    | SUITE.travel_tests([BAD["tuple"], BAD["meta"], BAD["ndarray"], learner_rope(sign=-1), learner_table(swap=True)])
+    # test_every_hint_is_written_once
+    | SUITE.hint_tests()
+)
 
 
 # --------------------------------------------------------------------------- the registry
 
 
 def test_chapter_four_registry():
-    ours = [n for n, ex in checks.EXERCISES.items() if ex.chapter == "04-positions"]
-    assert ours == CHAPTER + DRILLS
-    assert [checks.EXERCISES[n].number for n in CHAPTER] == ["4.1", "4.2", "4.3"]
-    assert all(checks.EXERCISES[n].drill and not checks.EXERCISES[n].number for n in DRILLS)
-    assert not any(checks.EXERCISES[n].drill for n in CHAPTER)
-    assert [checks.EXERCISES[n].function for n in ALL] == ALL
-    for name in ALL:
-        assert callable(getattr(checks, f"check_{name}")), name
-    assert grade._expected_exercises(BOOK / "04-positions.ipynb", []) == CHAPTER
+    SUITE.assert_registry(numbers=["4.1", "4.2", "4.3"])
 
 
 # --------------------------------------------------------------------------- solutions and stubs
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_solution_passes(name, capsys):
-    verdict = getattr(checks, f"check_{name}")(solution(name))
-    line = capsys.readouterr().out.strip()
-    assert verdict.passed and bool(verdict), verdict.message
-    assert line.startswith("✓") and line == verdict.message
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_solution_passes_for_every_seed(name):
-    for seed in SEEDS:
-        assert verdict_for(name, solution(name), seed).passed, seed
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_solution_code_fits_the_page(name):
-    assert all(len(line) <= 79 for line in SOLUTIONS[name].splitlines())
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_stub_is_not_implemented(name, capsys):
-    cell = nbformat.v4.new_code_cell(SOLUTIONS[name], metadata={"tags": [f"exercise-{name}"]})
-    stub = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
-    function = checks.EXERCISES[name].function
-    assert f'raise NotImplementedError("{function} is not implemented yet")' in stub
-    verdict = checks.check(name, define(stub, function))
-    line = capsys.readouterr().out.strip()
-    assert verdict.status == checks.NOT_IMPLEMENTED and not verdict
-    assert line.startswith("✗") and "not implemented yet" in line and "it calls" not in line
 
 
 def test_a_rope_that_calls_an_unfinished_table_is_told_so(capsys):
     def rope(x, offset=0):
         raise NotImplementedError("sinusoidal_table is not implemented yet")
 
-    verdict = checks.check_rope(rope)
+    exercise_suite.assert_it_calls_an_unfinished(checks.check_rope(rope), "sinusoidal_table", "4.1")
     capsys.readouterr()
-    assert verdict.status == checks.NOT_IMPLEMENTED
-    assert verdict.message.endswith("it calls sinusoidal_table, which is not implemented yet (Exercise 4.1).")
-
-
-# --------------------------------------------------------------------------- the chapter's own cells
-
-NOTEBOOK_SOLUTIONS = exercise_cells(NOTEBOOK) if NOTEBOOK.exists() else {}
-needs_notebook = pytest.mark.skipif(not NOTEBOOK.exists(), reason="book/04-positions.ipynb not written yet")
-
-
-@needs_notebook
-def test_the_chapter_has_a_cell_for_every_checked_exercise():
-    missing = [n for n in CHAPTER if n not in NOTEBOOK_SOLUTIONS]
-    assert not missing, f"no cell tagged exercise-<name> for {missing}"
-
-
-@needs_notebook
-@pytest.mark.parametrize("name", sorted(NOTEBOOK_SOLUTIONS) or ["none"])
-def test_chapter_solution_passes_for_every_seed(name):
-    function = checks.EXERCISES[name].function
-    source = NOTEBOOK_SOLUTIONS[name]
-    assert f"def {function}(" in source, f"the exercise-{name} cell does not define {function}"
-    for seed in SEEDS:
-        verdict = verdict_for(name, define(source, function), seed)
-        assert verdict.passed, (seed, verdict.message)
-
-
-# --------------------------------------------------------------------------- the registered mistakes
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_every_registered_mistake_is_caught_by_its_own_hint(name):
-    ex = checks.EXERCISES[name]
-    for seed in SEEDS:
-        cases = checks.cases_for(ex, seed)
-        for wrong, hint in ex.mistakes:
-            verdict = checks.judge(ex, cases, checks.run_cases(wrong, cases))
-            assert not verdict and verdict.message.endswith(f"Hint: {hint}"), (seed, verdict.message)
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_the_cases_tell_every_mistake_from_the_reference_and_the_others(name):
-    """On every seed, each mistake differs from the reference and from every other mistake."""
-    ex = checks.EXERCISES[name]
-    for seed in SEEDS:
-        cases = checks.cases_for(ex, seed)
-        runs = [checks.run_cases(ex.reference, cases)] + [checks.run_cases(w, cases) for w, _ in ex.mistakes]
-        outs = [[o.double() for o in r.outputs] for r in runs]
-        for a in range(len(outs)):
-            for b in range(a):
-                same = all(o.shape == p.shape and torch.allclose(o, p, rtol=1e-6, atol=1e-3)
-                           for o, p in zip(outs[a], outs[b]))
-                assert not same, (seed, a, b)
 
 
 # --------------------------------------------------------------------------- learners' wrong answers
-
-
-@pytest.mark.parametrize("k", range(len(WRONG)), ids=WRONG_IDS)
-def test_wrong_answer_gets_its_hint_whatever_the_seed(k, wrong_verdicts):
-    name, _, phrase = WRONG[k]
-    verdicts = wrong_verdicts[k]
-    first = verdicts[0]
-    assert not first and first.status in (checks.FAIL, checks.ERROR), first.message
-    assert first.message.startswith("✗") and "could not judge" not in first.message
-    assert phrase in first.message, first.message
-    assert all(len(line) <= 88 for line in first.wrapped().splitlines())
-    assert [v.message for v in verdicts] == [first.message] * len(verdicts), "the verdict depends on the seed"
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_every_registered_hint_is_earned_by_a_wrong_answer(name, wrong_verdicts):
-    earned = " ".join(wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name)
-    missing = [hint for hint in checks.EXERCISES[name].hints() if hint not in earned]
-    assert not missing, f"no test answer earns these hints of {name}: {missing}"
 
 
 def test_the_transposed_shift_names_the_rotary_sections_R(wrong_verdicts):
@@ -620,35 +535,12 @@ def test_the_transposed_shift_names_the_rotary_sections_R(wrong_verdicts):
     assert "R(ωk) of the rotary section: with sine first the shift is R(−ωk)" in wrong_verdicts[k][0].message
 
 
-def test_wrong_answers_get_different_verdicts(wrong_verdicts):
-    for name in ALL:
-        messages = [wrong_verdicts[k][0].message for k, (n, _, _) in enumerate(WRONG) if n == name]
-        phrases = [p for n, _, p in WRONG if n == name]
-        for a in range(len(messages)):
-            for b in range(a):
-                if phrases[a] != phrases[b]:
-                    assert messages[a] != messages[b], (name, phrases[a], phrases[b])
-
-
 def test_the_known_layouts_of_other_code_bases_are_named(wrong_verdicts):
     """tensor2tensor's table (blocks, and its own frequencies) is named as the blocks layout; Llama's rotate_half
     is named as the half-split layout, with its float32 frequencies."""
     verdicts = {WRONG[k][1]: wrong_verdicts[k][0].message for k in range(len(WRONG))}
     assert "This book interleaves them" in verdicts[table_blocks_tensor2tensor]
     assert "GPT-NeoX and Llama" in verdicts[rope_rotate_half]
-
-
-def nearly(fn, rel):
-    return lambda *args: fn(*args) * (1 + rel)
-
-
-@pytest.mark.parametrize("name", ["shift_matrix", "rope"])
-def test_nearly_right_fails(name, capsys):
-    for rel in (1e-4, 1e-7):
-        verdict = checks.check(name, nearly(solution(name), rel))
-        assert not verdict and verdict.status == checks.FAIL, (rel, verdict.message)
-    assert checks.check(name, nearly(solution(name), 1e-13))           # another order of the sums
-    capsys.readouterr()
 
 
 @pytest.mark.parametrize("name", ["sinusoidal_table", "binary_table"])
@@ -699,95 +591,7 @@ def test_other_right_binary_tables_pass(right):
         assert verdict_for("binary_table", right, seed).passed
 
 
-# --------------------------------------------------------------------------- whatever is returned, no exception
-
-
-class Hostile:
-    def __len__(self):
-        raise RuntimeError("no len")
-
-    def __repr__(self):
-        raise RuntimeError("no repr")
-
-
-def _raise(err):
-    def fn(*args):
-        raise err
-    return fn
-
-
-BAD = {
-    "runtime-error": _raise(RuntimeError("boom")),
-    "system-exit": _raise(SystemExit(3)),
-    "none": lambda *a: None,
-    "string": lambda *a: "a tensor",
-    "tuple": lambda *a: (torch.zeros(1), torch.zeros(1)),
-    "list": lambda *a: [torch.zeros(2, 2)],
-    "list-of-numbers": lambda *a: [1.0, 2.0],
-    "nested-list": lambda *a: [[1.0, 0.0], [0.0, 1.0]],
-    "ndarray": lambda *a: np.zeros((2, 2)),
-    "dict": lambda *a: {"out": torch.zeros(1)},
-    "hostile": lambda *a: Hostile(),
-    "wrong-shape": lambda *a: torch.zeros(1),
-    "nan": lambda *a: torch.full((2, 2), math.nan, dtype=torch.float64),
-    "inf-table": lambda *a: torch.full((5, 4), math.inf),
-    "zeros-table": lambda *a: torch.zeros(5, 4),
-    "meta": lambda *a: torch.empty(3, 3, device="meta"),
-    "meta-2x2": lambda *a: torch.empty(2, 2, dtype=torch.float64, device="meta"),
-    "float16": lambda *a: torch.zeros(2, 2, dtype=torch.float16),
-    "complex": lambda *a: torch.zeros(2, 2, dtype=torch.complex128),
-    "int-2x2": lambda *a: torch.zeros(2, 2, dtype=torch.int64),
-    "int": lambda *a: 7,
-    "bool": lambda *a: True,
-    "huge": lambda *a: torch.full((2, 2), 1e308, dtype=torch.float64),
-    "module": lambda *a: nn.Linear(2, 2),
-}
-
-
-@pytest.mark.parametrize("bad", list(BAD), ids=list(BAD))
-@pytest.mark.parametrize("name", ALL)
-def test_any_wrong_answer_fails_without_raising(name, bad, capsys):
-    verdict = checks.check(name, BAD[bad])
-    line = capsys.readouterr().out.strip()
-    assert not verdict and line.startswith("✗") and verdict.message.startswith("✗")
-    assert "could not judge" not in verdict.message, verdict.message
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_another_device_is_named(name, capsys):
-    def on_meta(*args):
-        return solution(name)(*args).to("meta")
-
-    verdict = checks.check(name, on_meta)
-    capsys.readouterr()
-    assert not verdict and "a tensor on the meta device, which holds no values" in verdict.message
-
-
 # --------------------------------------------------------------------------- the cases
-
-
-def _leaves(case):
-    for item in case:
-        if isinstance(item, (tuple, list)):
-            yield from _leaves(tuple(item))
-        else:
-            yield item
-
-
-def same_cases(a, b) -> bool:
-    la, lb = [list(_leaves(c)) for c in a], [list(_leaves(c)) for c in b]
-    return len(la) == len(lb) and all(
-        len(x) == len(y) and all(type(u) is type(v) and (torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v)
-                                 for u, v in zip(x, y)) for x, y in zip(la, lb))
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_seed_changes_the_inputs(name):
-    ex = checks.EXERCISES[name]
-    first = checks.cases_for(ex, 0)
-    assert same_cases(first, checks.cases_for(ex, 0))                 # reproducible
-    assert all(not same_cases(first, checks.cases_for(ex, seed)) for seed in SEEDS[1:])
-    assert all(x.dtype == torch.float64 for c in first for x in _leaves(c) if isinstance(x, torch.Tensor))
 
 
 def test_the_cases_are_built_to_expose_the_mistakes():
@@ -813,38 +617,7 @@ def test_the_cases_are_built_to_expose_the_mistakes():
         assert any(T < 2 ** (d - 1) for T, d in bits)                                    # unused top bits
 
 
-def test_cases_travel_to_the_sandbox_and_back(tmp_path):
-    """The grader ships the cases with torch.save and reads them with weights_only=True."""
-    for name in ALL:
-        ex = checks.EXERCISES[name]
-        cases = checks.cases_for(ex, seed=3)
-        torch.save(cases, tmp_path / "cases.pt")
-        back = torch.load(tmp_path / "cases.pt", weights_only=True)
-        assert same_cases(cases, back)
-        for fn in (solution(name), BAD["tuple"], BAD["meta"], BAD["ndarray"], learner_rope(sign=-1),
-                   learner_table(swap=True)):
-            outcome = checks.run_cases(fn, back)
-            buf = io.BytesIO()
-            torch.save({"outputs": outcome.outputs, "error": outcome.error, "mutated": outcome.mutated}, buf)
-            buf.seek(0)
-            shipped = torch.load(buf, weights_only=True)
-            returned = checks.Outcome(outputs=shipped["outputs"], error=shipped["error"] and tuple(shipped["error"]),
-                                      mutated=shipped["mutated"])
-            assert checks.judge(ex, cases, returned) == checks.judge(ex, cases, checks.run_cases(fn, cases))
-
-
 # --------------------------------------------------------------------------- the grader, end to end
-
-
-def _graded(tmp_path, sources, seed=5):
-    cells = [nbformat.v4.new_code_cell("from tinyformer import checks")]
-    for name, source in sources.items():
-        cells.append(nbformat.v4.new_code_cell(source, metadata={"tags": [f"exercise-{name}"]}))
-    path = tmp_path / "04-positions.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
-    work = tmp_path / "work"
-    work.mkdir()
-    return {n: (status, message) for n, status, message in grade.grade_exercises(path, work, seed, 30)}
 
 
 def test_the_grader_judges_chapter_four_in_its_sandbox(tmp_path):
@@ -853,10 +626,7 @@ def test_the_grader_judges_chapter_four_in_its_sandbox(tmp_path):
         "out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)\n    return out.flatten(-2)",
         "return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)")
     assert half_split != SOLUTIONS["rope"]
-    stubs = {}
-    cell = nbformat.v4.new_code_cell(SOLUTIONS["shift_matrix"], metadata={"tags": ["exercise-shift_matrix"]})
-    stubs["shift_matrix"] = make_student(nbformat.v4.new_notebook(cells=[cell])).cells[0].source
-    rows = _graded(tmp_path, {**SOLUTIONS, "rope": half_split, **stubs})
+    rows = SUITE.graded(tmp_path, {**SOLUTIONS, "rope": half_split, "shift_matrix": SUITE.stub("shift_matrix")})
     assert list(rows) == CHAPTER + DRILLS
     assert rows["sinusoidal_table"][0] == rows["binary_table"][0] == checks.PASS, rows
     assert rows["shift_matrix"][0] == checks.NOT_IMPLEMENTED
@@ -929,8 +699,3 @@ def test_binary_reference_is_pythons_binary_digits():
         assert torch.equal(ch04.binary_table_reference(T, d), expected)
 
 
-def test_every_hint_is_written_once():
-    for name in ALL:
-        hints = checks.EXERCISES[name].hints()
-        assert len(hints) == len(set(hints)) and all(h.strip() for h in hints)
-        assert engine.EXERCISES[name] is checks.EXERCISES[name]

@@ -24,16 +24,6 @@ def gen() -> torch.Generator:
     return torch.Generator().manual_seed(4321)
 
 
-@pytest.fixture
-def one_thread():
-    """Training a model this small is fastest on one thread, and far faster on a busy machine,
-    where two OpenMP threads wait for each other at every tiny kernel."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def small_model(causal=True, **kw) -> OneLayerAttention:
     torch.manual_seed(0)
     return OneLayerAttention(vocab_size=8, block_size=6, d_model=16, causal=causal, **kw)

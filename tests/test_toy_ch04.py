@@ -25,14 +25,6 @@ from tinyformer.toy import (
 META = torch.device("meta")
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def model(positions="learned", vocab_size=11, d_model=16, n_layer=2, n_heads=2, max_len=12, **kw):
     torch.manual_seed(0)
     return PositionLM(vocab_size, d_model, n_layer, n_heads, positions=positions, max_len=max_len,

@@ -16,6 +16,7 @@ import numbers
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from tinyformer.positions import RotaryEmbedding
 from tinyformer.setup import check_int
@@ -208,7 +209,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None,
-                 scale=None, rotate=None):
+                 scale=None, rotate=None, fused: bool = False):
     """The core of multi-head attention, on projected queries, keys and
     values.
 
@@ -219,6 +220,12 @@ def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None,
     head's queries and keys before the scores, where rotary position
     embeddings act (chapter 4). Returns ``(merged (..., T_q, d_model),
     weights (..., n_heads, T_q, T_k))``.
+
+    ``fused=True`` computes the same thing with torch's fused
+    ``scaled_dot_product_attention``, which never stores the weights
+    (``weights`` is then ``None``): faster, and what a model uses when it
+    trains. A query row with no allowed key still gets a zero output and
+    finite gradients there, as on the readable path.
     """
     # (..., n_heads, T, d_head)
     q, k, v = (split_heads(t, n_heads) for t in (q, k, v))
@@ -235,8 +242,16 @@ def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None,
         if T_q != T_k:
             raise ValueError(f"a causal mask needs as many queries as keys, "
                              f"got T_q={T_q}, T_k={T_k}")
+        if fused and mask is None:        # the kernel masks by itself
+            heads = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                   scale=scale)
+            return merge_heads(heads), None
         allowed = causal_mask(T_q, q.device)          # (T, T), on q's device
         mask = allowed if mask is None else mask & allowed
+    if fused:
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                               scale=scale)
+        return merge_heads(heads), None
     # heads: (..., n_heads, T_q, d_head)
     heads, weights = scaled_dot_product_attention(q, k, v, mask, scale)
     return merge_heads(heads), weights
@@ -273,11 +288,13 @@ class MultiHeadAttention(nn.Module):
     does, so weights map across one to one. ``scale`` multiplies the
     scores (default 1/√d_head). ``rotary=True`` rotates every head's
     queries and keys by their positions (chapter 4's RoPE), in
-    ``self.rotary``.
+    ``self.rotary``. ``fused=True`` lets the layer call torch's fused
+    kernel whenever the weights are not asked for (same outputs, faster).
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = True,
-                 bias: bool = True, scale=None, rotary: bool = False):
+                 bias: bool = True, scale=None, rotary: bool = False,
+                 fused: bool = False):
         super().__init__()
         d_model = check_int("d_model", d_model)
         n_heads = check_int("n_heads", n_heads)
@@ -296,6 +313,9 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(rotary, bool):
             raise TypeError(f"rotary must be True or False, got {rotary!r}")
         self.rotary = RotaryEmbedding(self.d_head) if rotary else None
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused must be True or False, got {fused!r}")
+        self.fused = fused
 
     def _check_input(self, name: str, t) -> None:
         _require_tensor(name, t, 2)
@@ -332,7 +352,8 @@ class MultiHeadAttention(nn.Module):
         k = self.k_proj(context)                      # (..., T_k, d_model)
         v = self.v_proj(context)                      # (..., T_k, d_model)
         merged, weights = attend_heads(q, k, v, self.n_heads, self.causal,
-                                       mask, self.scale, self.rotary)
+                                       mask, self.scale, self.rotary,
+                                       self.fused and not return_weights)
         out = self.o_proj(merged)                     # (..., T_q, d_model)
         return (out, weights) if return_weights else out
 

@@ -13,6 +13,7 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from tinyformer.attention import MultiHeadAttention
 from tinyformer.setup import check_int
@@ -54,24 +55,29 @@ class LayerNorm(nn.Module):
     Each token's vector is shifted to mean 0 and scaled to variance 1 (the
     biased variance, with ``eps`` inside the square root), then multiplied by
     a learned gain (``weight``, ones at the start) and shifted by a learned
-    ``bias`` (zeros at the start).
+    ``bias`` (zeros at the start). ``fused=True`` computes the same with
+    torch's one-kernel ``F.layer_norm`` (faster; chapter 5's model uses it).
     """
 
-    def __init__(self, d: int, eps: float = 1e-5):
+    def __init__(self, d: int, eps: float = 1e-5, fused: bool = False):
         super().__init__()
         self.d, self.eps = check_int("d", d), _check_eps(eps)
+        self.fused = _check_bool("fused", fused)
         self.weight = nn.Parameter(torch.ones(d))   # the gain, γ
         self.bias = nn.Parameter(torch.zeros(d))    # β
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_features("x", x, self.d)
+        if self.fused:
+            return F.layer_norm(x, (self.d,), self.weight, self.bias,
+                                self.eps)
         mean = x.mean(dim=-1, keepdim=True)                  # (..., 1)
         var = x.var(dim=-1, keepdim=True, unbiased=False)    # (..., 1)
         x_hat = (x - mean) / torch.sqrt(var + self.eps)      # (..., d)
         return x_hat * self.weight + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.d}, eps={self.eps}"
+        return f"{self.d}, eps={self.eps}" + (", fused=True" * self.fused)
 
 
 class RMSNorm(nn.Module):
@@ -135,14 +141,16 @@ class TransformerBlock(nn.Module):
         x = ln_1(x + attn(x));   x = ln_2(x + ffn(x))
 
     ``residual=False`` drops the two additions (an experiment, not a model).
-    ``rotary=True`` gives the attention rotary positions (chapter 4).
+    ``rotary=True`` gives the attention rotary positions (chapter 4);
+    ``fused=True`` lets attention and layer norm use torch's fused kernels
+    (chapter 5).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None,
                  norm: str = "pre", causal: bool = True, *,
                  bias: bool = True, activation: str = "gelu",
                  residual: bool = True, eps: float = 1e-5,
-                 rotary: bool = False):
+                 rotary: bool = False, fused: bool = False):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
@@ -151,10 +159,10 @@ class TransformerBlock(nn.Module):
                             f"{residual!r}")
         d_model = check_int("d_model", d_model)
         self.norm, self.residual = norm, residual
-        self.ln_1 = LayerNorm(d_model, eps)
+        self.ln_1 = LayerNorm(d_model, eps, fused)
         self.attn = MultiHeadAttention(d_model, n_heads, causal, bias=bias,
-                                       rotary=rotary)
-        self.ln_2 = LayerNorm(d_model, eps)
+                                       rotary=rotary, fused=fused)
+        self.ln_2 = LayerNorm(d_model, eps, fused)
         self.ffn = FeedForward(d_model, d_ff, activation, bias)
         self.d_model = self.attn.d_model
 
@@ -192,8 +200,11 @@ class TransformerStack(nn.Module):
             _check_bool("final_norm", final_norm)
         else:
             final_norm = norm == "pre"
-        eps = block_kwargs.get("eps", 1e-5)   # the blocks' eps, here too
-        self.ln_f = LayerNorm(d_model, eps) if final_norm else nn.Identity()
+        # the blocks' eps and kernel choice, here too
+        eps = block_kwargs.get("eps", 1e-5)
+        fused = block_kwargs.get("fused", False)
+        self.ln_f = (LayerNorm(d_model, eps, fused) if final_norm
+                     else nn.Identity())
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 return_stream: bool = False):

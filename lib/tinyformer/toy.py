@@ -15,11 +15,18 @@ positions' vectors have become.
 Chapter 4 adds a small causal language model that differs between variants
 only in its position scheme (:class:`PositionLM`), its loss and per-position
 accuracy, and a reversal task whose rule depends on absolute positions.
+
+Chapter 5 adds a count-based word model that stands in for a trained
+network while the chapter studies decoding (:class:`BigramLM`), and a
+profile of one training step by kind of work (:func:`profile_step`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import numbers
+import os
 
 import torch
 import torch.nn as nn
@@ -507,7 +514,133 @@ def reverse_batch(gen: torch.Generator, batch_size: int, vocab_size: int,
     return seq[:, :-1], targets
 
 
+class BigramLM(nn.Module):
+    """The next-token distribution read off counts of adjacent pairs.
+
+    ``log_probs[a, b] = log (count(a b) + alpha) / Σ_c (count(a c) + alpha)``
+    is a ``(V, V)`` table, and ``model(idx)`` looks up one row per token:
+    logits ``(B, T, V)`` that depend on the last token only. It is a GPT
+    with no blocks, whose embedding and head multiply to this table;
+    ``alpha`` gives every pair never seen a small probability, the long
+    tail of a real model's distribution.
+
+    ``block_size`` is 1: the model reads only the last token, so
+    :func:`tinyformer.sampling.generate` may crop the context to it.
+    """
+
+    def __init__(self, ids: torch.Tensor, vocab_size: int,
+                 alpha: float = 0.01):
+        super().__init__()
+        V = check_int("vocab_size", vocab_size, minimum=2)
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 1:
+            got = (tuple(ids.shape) if isinstance(ids, torch.Tensor)
+                   else type(ids).__name__)
+            raise ValueError(f"ids must be a 1-D tensor of token ids, "
+                             f"got {got}")
+        _require_ids("ids", ids[None], None, "be a 1-D tensor of token ids",
+                     "integer token ids")
+        if ids.numel() < 2 or ids.min() < 0 or ids.max() >= V:
+            raise ValueError(f"ids must hold at least 2 token ids in "
+                             f"[0, vocab_size={V})")
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+            raise TypeError(f"alpha must be a number, "
+                            f"got {type(alpha).__name__}")
+        if not (alpha > 0 and math.isfinite(alpha)):
+            raise ValueError(f"alpha must be a finite number > 0, "
+                             f"got {alpha!r}")
+        self.vocab_size = V
+        #: The model reads only the last token, so ``generate`` may crop
+        #: the context to it (``context_length`` reads this attribute).
+        self.block_size = 1
+        counts = torch.zeros(V, V, device=ids.device)
+        counts.index_put_((ids[:-1], ids[1:]),
+                          torch.ones(ids.numel() - 1, device=ids.device),
+                          accumulate=True)                  # (V, V)
+        smoothed = counts + float(alpha)
+        self.register_buffer("counts", counts)
+        self.register_buffer("log_probs",
+                             (smoothed / smoothed.sum(1, keepdim=True)).log())
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        _require_ids("idx", idx, None, "be a 2-D tensor of token ids (B, T)",
+                     "integer token ids")
+        V = self.vocab_size
+        # negative ids would index the table from the end without an error
+        if idx.device.type != "meta" and idx.numel() and (
+                idx.min() < 0 or idx.max() >= V):
+            raise ValueError(f"token ids in idx must lie in [0, vocab_size="
+                             f"{V}), got ids from {int(idx.min())} to "
+                             f"{int(idx.max())}")
+        return self.log_probs[idx]                           # (B, T, V)
+
+
+#: The kinds of work in a training step, matched against profiler op names
+#: in this order (the first pattern that matches wins).
+STEP_PARTS = (
+    # before attention: "aten::_log_softmax" also contains "_softmax"
+    ("cross-entropy", ("log_softmax", "nll_loss")),
+    ("attention", ("scaled_dot_product", "flash_attention", "bmm",
+                   "_softmax", "baddbmm")),
+    ("matrix multiplies", ("aten::mm", "aten::addmm")),
+    ("layer norm", ("layer_norm",)),
+    ("GELU", ("gelu",)),
+    ("embeddings", ("embedding",)),
+    ("optimizer", ("adam", "_foreach")),
+)
+
+
+def step_part(op_name: str) -> str:
+    """The kind of work (a name from :data:`STEP_PARTS`, else ``"other"``)
+    that a profiler op such as ``aten::addmm`` belongs to."""
+    name = op_name.lower()
+    for part, patterns in STEP_PARTS:
+        if any(p in name for p in patterns):
+            return part
+    return "other"
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Silence file descriptor 2 (the C++ profiler logs its start and stop
+    there, into a notebook's output); Python's own ``sys.stderr`` is left
+    alone where it is not fd 2, as in Jupyter, so warnings still show."""
+    try:
+        saved = os.dup(2)
+    except OSError:          # no fd 2 to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def profile_step(step, repeats: int = 5) -> dict:
+    """Milliseconds of CPU time per call of ``step()`` (one training step)
+    by kind of work: every op's self time, summed by :func:`step_part`.
+
+    ``step`` runs once untimed first (allocations, lazy initialisation),
+    then ``repeats`` times under ``torch.profiler``. The parts add up to the
+    profiled time, which runs slower than an unprofiled step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    repeats = check_int("repeats", repeats)
+    step()
+    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            step()
+    parts: dict[str, float] = {part: 0.0 for part, _ in STEP_PARTS}
+    parts["other"] = 0.0
+    for event in prof.key_averages():
+        parts[step_part(event.key)] += event.self_cpu_time_total / 1e3
+    return {part: ms / repeats for part, ms in parts.items()}
+
+
 __all__ = [
+    "BigramLM", "STEP_PARTS", "profile_step", "step_part",
     "OneLayerAttention", "SUBLAYERS", "ZeroSublayer", "absolute_value_batch",
     "POSITION_SCHEMES", "PositionLM", "accuracy_by_position",
     "affine_floor", "block_grad_norms", "block_jacobians", "lookback_batch",

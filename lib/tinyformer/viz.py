@@ -519,5 +519,53 @@ def draw_position_paths(ax=None):
     return ax
 
 
-__all__ = ["draw_block", "draw_head_dataflow", "draw_position_paths", "draw_split_heads", "plot_attention",
+def draw_gpt(ax=None):
+    """Draw the whole GPT as one column, with the shape of what flows between
+    the parts, the weight shared by the embedding and the LM head (tied), and
+    the decoding loop that appends each sampled token to the input.
+
+    The tied matrix is drawn once, between the two boxes that use it
+    (``gid="tied"``). Returns the ``Axes``; ``ax=None`` makes a new
+    7.6 x 6.4 in figure, the size the layout is made for.
+    """
+    ax = _schematic_axes(ax, 7.6, 6.4)
+    cx, w = 2.9, 2.9
+    steps = [   # (y, text, colour, shape of the output)
+        (0.45, "token ids", "#eef3f8", "(B, T)"),
+        (1.25, "token embedding  E[idx]", "#dcefdc", "(B, T, $d_\\mathrm{model}$)"),
+        (2.05, "+ positions (learned or\nsinusoidal; rotary: in attention)", _POSITION_COLOUR,
+         "(B, T, $d_\\mathrm{model}$)"),
+        (3.2, "transformer blocks × L\n(Chapters 2 to 4)", _COLOURS["attn"], "(B, T, $d_\\mathrm{model}$)"),
+        (4.25, "final layer norm", _COLOURS["ln"], "(B, T, $d_\\mathrm{model}$)"),
+        (5.05, "LM head  h $E^{\\top}$ → logits", "#dcefdc", "(B, T, V)"),
+    ]
+    heights = {3.2: 0.95, 2.05: 0.62}
+    for i, (y, text, colour, shape) in enumerate(steps):
+        h = heights.get(y, 0.5)
+        _box(ax, cx, y, w, h, text, colour=colour)
+        ax.text(cx + w / 2 + 0.12, y, shape, ha="left", va="center", fontsize=9, color="#555555")
+        if i:
+            below = steps[i - 1][0] + heights.get(steps[i - 1][0], 0.5) / 2
+            _arrow(ax, (cx, below), (cx, y - h / 2))
+    # the tied matrix, drawn once, used at both ends
+    tx = 6.7
+    _box(ax, tx, 3.15, 1.5, 0.95, "E\n(V, $d_\\mathrm{model}$)\none matrix", colour="#dcefdc", gid="tied")
+    for y in (1.25, 5.05):
+        ax.annotate("", xy=(5.65, y), xytext=(tx - 0.75, 3.15 + (0.3 if y > 3 else -0.3)),
+                    arrowprops=dict(arrowstyle="-|>", color="#2a7a2a", lw=1.2, ls="--", mutation_scale=12))
+    ax.text(tx, 2.6, "tied weights", ha="center", va="top", fontsize=9, color="#2a7a2a")
+    # decoding: softmax over the last position, sample, append, run again
+    _arrow(ax, (cx, 5.3), (cx, 5.62))
+    _box(ax, cx, 5.85, w, 0.42, "softmax → sample one token", colour="white")
+    loop = 1.1
+    ax.plot([cx - w / 2, loop, loop], [5.85, 5.85, 0.45], color="#8d6cc4", lw=1.3)
+    ax.annotate("", xy=(cx - w / 2, 0.45), xytext=(loop, 0.45),
+                arrowprops=dict(arrowstyle="-|>", color="#8d6cc4", lw=1.3, shrinkA=0, shrinkB=0,
+                                mutation_scale=14))
+    ax.text(loop - 0.1, 3.2, "decoding:\nappend it,\nrun again", ha="right", va="center", fontsize=9,
+            color="#8d6cc4")
+    return ax
+
+
+__all__ = ["draw_block", "draw_gpt", "draw_head_dataflow", "draw_position_paths", "draw_split_heads", "plot_attention",
            "plot_heads", "plot_per_layer"]

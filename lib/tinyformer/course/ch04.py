@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from tinyformer.course.engine import Exercise, register
+from tinyformer.course.engine import Exercise, register, safe_diagnosis
 from tinyformer.positions import apply_rotary, binary_positions, sinusoidal_positions
 
 CHAPTER = "04-positions"
@@ -36,16 +36,6 @@ def _randint(g: torch.Generator, low: int, high: int) -> int:
 
 def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=F64)
-
-
-def _safe(diagnose: Callable) -> Callable:
-    """A diagnosis that gives up (None: the engine's own message) rather than raise."""
-    def guarded(cases, outputs, refs):
-        try:
-            return diagnose(cases, outputs, refs)
-        except Exception:  # noqa: BLE001 - an odd output must still get a verdict
-            return None
-    return guarded
 
 
 def _finite(outputs) -> bool:
@@ -207,7 +197,7 @@ register(Exercise(
         (ValueError, r"only one element tensors can be converted to Python scalars",
          "math.sin and math.cos take one number: for a tensor of angles use torch.sin and torch.cos."),
     ],
-    diagnose=_safe(_diagnose_table), diagnose_hints=(TABLE_BASE, TABLE_FREQ, TABLE_INT, TABLE_HALF),
+    diagnose=safe_diagnosis(_diagnose_table), diagnose_hints=(TABLE_BASE, TABLE_FREQ, TABLE_INT, TABLE_HALF),
     generic_hint="build the (T, d/2) angles t·θ_i with t = 0..T-1 and θ_i = 1/10000^(2i/d), then put their sines "
                  "in the even columns and their cosines in the odd ones; compare row 1 with a hand computation "
                  "for d = 4.",
@@ -332,7 +322,7 @@ register(Exercise(
          "M depends on omega and k only: the check calls shift_matrix(omega, k). If your M needs t, expand "
          "sin(ω(t+k)) and cos(ω(t+k)) with the angle-addition formulas: t stays in the vector, not in M."),
     ],
-    diagnose=_safe(_diagnose_shift),
+    diagnose=safe_diagnosis(_diagnose_shift),
     diagnose_hints=(SHIFT_NONFINITE, SHIFT_PRECISION, SHIFT_SCALED, SHIFT_ANGLE, SHIFT_REFLECTION,
                     SHIFT_NOT_ROTATION),
     generic_hint="write [sin ωt, cos ωt] @ M out entry by entry and match it with the angle-addition formulas for "
@@ -467,7 +457,7 @@ register(Exercise(
         (TypeError, r"missing 1 required positional argument",
          "offset has a default: rope(x) means offset = 0, so write def rope(x, offset=0)."),
     ],
-    diagnose=_safe(_diagnose_rope), diagnose_hints=(ROPE_FLOAT32, ROPE_NORM, ROPE_ANGLE),
+    diagnose=safe_diagnosis(_diagnose_rope), diagnose_hints=(ROPE_FLOAT32, ROPE_NORM, ROPE_ANGLE),
     generic_hint="for p = offset + t and θ_i = 10000^(-2i/d), turn each pair (a, b) = (x[..., 2i], x[..., 2i+1]) "
                  "into (a cos pθ_i - b sin pθ_i, a sin pθ_i + b cos pθ_i); compare with a loop over t and i on a "
                  "small x.",

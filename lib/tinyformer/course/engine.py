@@ -144,6 +144,17 @@ class Exercise:
 EXERCISES: dict[str, Exercise] = {}
 
 
+def safe_diagnosis(diagnose: Callable) -> Callable:
+    """Wrap an exercise's ``diagnose`` so that it gives up (None: the engine's own message)
+    rather than raise on an odd output."""
+    def guarded(cases, outputs, refs):
+        try:
+            return diagnose(cases, outputs, refs)
+        except Exception:  # noqa: BLE001 - an odd output must still get a verdict
+            return None
+    return guarded
+
+
 def register(ex: Exercise) -> Exercise:
     """Add ``ex`` to :data:`EXERCISES`; names and hints must be unique (tests tell hints apart)."""
     if ex.name in EXERCISES:

@@ -1,0 +1,443 @@
+"""Chapter 5 (the GPT): the exercises, their test inputs, references, known mistakes and hints.
+
+Exercise 5.1 (``nucleus_probs``) turns logits into the distribution top-p sampling draws from, with
+the library's semantics (:mod:`tinyformer.sampling`): temperature divides the logits first, the
+nucleus is the smallest set of most likely tokens whose probability reaches ``top_p`` (the token
+that crosses it is inside), and the kept probabilities are renormalised. Its random cases keep
+every cumulative sum more than 1e-6 away from ``top_p`` (for the temperature given, for 1 and for
+its inverse, sorted either way and in vocabulary order), so that a nucleus never depends on
+rounding; one fixed case is exact on purpose (probabilities 0.5, 0.25, 0.125, 0.125 and
+``top_p = 0.75``: the nucleus reaches p exactly after two tokens and stops there).
+
+Exercise 5.2 (``gpt_params``) counts the parameters of the book's GPT (learned positions, pre-norm,
+biases, ``d_ff = 4·d_model``) exactly. Only an int passes: a float that equals the count is told to
+return an int (NumPy integers and 0-d integer tensors are read as ints). Single slips are known
+mistakes; a ``diagnose`` decomposes the difference from the answer into two slips when exactly
+one pair of unrelated slips explains it on every case.
+
+Library answers: 5.1's are the sampling functions that compute the distribution. For 5.2,
+``gpt_param_count`` and ``block_param_count`` compute the count in closed form, and building the
+model to sum its parameters' sizes is the library's answer in spirit, so the classes
+``tinyformer.model.GPT``, ``tinyformer.blocks.TransformerStack`` and
+``tinyformer.blocks.TransformerBlock`` are listed too (every function in their bodies, ``__init__``
+included), as chapter 3 lists ``TransformerBlock`` for its block count (3.4).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from tinyformer.course.engine import Exercise, register, safe_diagnosis
+from tinyformer.model import GPTConfig, gpt_param_count
+from tinyformer.sampling import next_token_distribution
+
+CHAPTER = "05-gpt"
+F64 = torch.float64
+
+
+def _randint(g: torch.Generator, low: int, high: int) -> int:
+    """A random int in [low, high]."""
+    return int(torch.randint(low, high + 1, (1,), generator=g))
+
+
+def _uniform(g: torch.Generator, low: float, high: float) -> float:
+    return low + (high - low) * torch.rand(1, generator=g, dtype=F64).item()
+
+
+# --------------------------------------------------------------------------- 5.1 top-p (nucleus) filtering
+
+
+MARGIN = 1e-6          # the random cases keep every cumulative sum this far from top_p
+
+
+def _logits_of(*rows: list[float], shift: float = 0.0) -> torch.Tensor:
+    """Logits whose softmax is each row of probabilities (rows sum to 1), shifted by a constant
+    (the softmax does not see it; a cumulative sum of logits does)."""
+    return torch.tensor(rows, dtype=F64).log() + shift
+
+
+def _sums(logits: torch.Tensor, top_p: float, temperature: float) -> list[torch.Tensor]:
+    """Every cumulative sum a nucleus (right or known-wrong) is decided by, paired with what it is
+    compared with: sorted probabilities either way and in vocabulary order, sorted logits; for the
+    temperature, for 1 and for its inverse. Returns the differences |sum - bound|. The sum of a
+    whole row is left out: it is 1 in any order, and at top_p = 1 the reference keeps every token."""
+    gaps = []
+    for t in {temperature, 1.0, 1.0 / temperature}:
+        z = logits / t
+        probs = z.softmax(dim=-1)
+        desc = probs.sort(dim=-1, descending=True).values
+        asc = desc.flip(-1)
+        for seq in (desc, asc, probs, z.sort(dim=-1, descending=True).values):
+            gaps.append((seq.cumsum(dim=-1)[..., :-1] - top_p).abs())
+        gaps.append((asc.cumsum(dim=-1)[..., :-1] - (1 - top_p)).abs())   # Hugging Face's cumsum <= 1 - p
+    return gaps
+
+
+def clear_of_the_boundary(logits: torch.Tensor, top_p: float, temperature: float = 1.0) -> bool:
+    """No cumulative sum within MARGIN of top_p (or 1 - top_p): the nucleus never hangs on rounding."""
+    return all(bool((gap > MARGIN).all()) for gap in _sums(logits, top_p, temperature))
+
+
+# probabilities 0.125, 0.5, 0.125, 0.25 exactly: logits k·ln 2 (log-probabilities + ln 2) with k = -2, 0, -2, -1,
+# so that x - max(x) is exact and exp gives powers of two; 0.5 + 0.25 reaches top_p = 0.75 exactly: keep 2
+DYADIC = (torch.tensor([-2.0, 0.0, -2.0, -1.0], dtype=F64) * math.log(2), 0.75, 1.0)
+
+
+def _nucleus_cases(g):
+    """(logits, top_p[, temperature]): fixed cases first, so the first failing case (and the hint)
+    never depends on the seed, none of them sorted in vocabulary order, no ties but among tokens
+    outside the nucleus; then random ones, drawn until clear of the boundary.
+
+    0. (2, 5), top_p 0.7, temperature 1: the crossing token matters (the rows keep 2 and 3 tokens).
+    1. (3,), temperature left to its default: probabilities 0.5, 0.3, 0.2 and top_p 0.7 keep 2.
+    2. the exact dyadic case: 0.5, 0.25, 0.125, 0.125 and top_p 0.75 keep 2 (the nucleus reaches p).
+    3. (2, 5) at temperature 0.5: the nucleus shrinks (2 -> 1 and 3 -> 2 tokens).
+    4. the same logits at temperature 2: it grows (2 -> 3 tokens in row 0).
+    5. top_p = 1: every token (at temperature 0.7).
+    6. a small top_p: the top token alone.
+    7. a 3-D (2, 3, V) case; then 2-D cases and a 1-D one, random.
+    """
+    rows_a = [[0.12, 0.45, 0.04, 0.33, 0.06], [0.22, 0.07, 0.16, 0.40, 0.15]]
+    rows_t = [[0.05, 0.25, 0.45, 0.10, 0.15], [0.28, 0.10, 0.30, 0.12, 0.20]]
+    cases = [
+        (_logits_of(*rows_a, shift=1.3), 0.7, 1.0),
+        (_logits_of([0.3, 0.5, 0.2], shift=0.25)[0], 0.7),
+        (DYADIC[0].clone(), DYADIC[1], DYADIC[2]),
+        (_logits_of(*rows_t, shift=-0.4), 0.6, 0.5),
+        (_logits_of(*rows_t, shift=0.9), 0.6, 2.0),
+        (_logits_of([0.1, 0.35, 0.2, 0.3, 0.05], [0.4, 0.15, 0.25, 0.08, 0.12], [0.3, 0.1, 0.26, 0.2, 0.14]), 1.0,
+         0.7),
+        (_logits_of([0.14, 0.04, 0.5, 0.22, 0.1], [0.2, 0.3, 0.15, 0.25, 0.1], shift=-1.1), 0.05, 1.0),
+    ]
+    shapes = [(2, 3, _randint(g, 5, 9)), (_randint(g, 2, 4), _randint(g, 6, 12)),
+              (_randint(g, 2, 4), _randint(g, 6, 12)), (_randint(g, 5, 12),)]
+    for shape in shapes:
+        while True:
+            logits = 1.5 * torch.randn(*shape, generator=g, dtype=F64)
+            top_p, temperature = _uniform(g, 0.3, 0.95), _uniform(g, 0.5, 2.0)
+            if clear_of_the_boundary(logits, top_p, temperature):
+                break
+        cases.append((logits, top_p, temperature))
+    return cases
+
+
+def nucleus_probs_reference(logits: torch.Tensor, top_p: float, temperature: float = 1.0) -> torch.Tensor:
+    return next_token_distribution(logits, temperature, top_p=top_p)
+
+
+def _nucleus(*, keep="before<p", order="descending", cumulate="probs", temperature="first", renormalise=True,
+             back="scatter", output="probs", dim=-1):
+    """Top-p filtering with the mistakes named by the keywords; the defaults are right.
+
+    keep: which sorted tokens stay: "before<p" (right: the mass in front is < p), "before<=p" (a
+    nucleus that reaches p exactly goes on), "cum<=p" (the crossing token excluded, possibly no token
+    at all), "cum<=p,top" (the same, the top token always kept). order: "descending" or "ascending".
+    cumulate: "probs" (sorted), "logits" (the sorted logits added up) or "vocab" (the probabilities
+    in vocabulary order, unsorted). temperature: "first" (right), "after" (the nucleus chosen at
+    temperature 1, the kept logits divided afterwards), "ignored", "multiplied". renormalise: False
+    returns the full softmax's probabilities of the kept tokens. back: "scatter" (right), "none"
+    (left in sorted order) or "gather" (un-sorted with gather: the permutation applied twice).
+    output: "probs" or "mask" (the keep mask as 0.0 / 1.0). dim: the softmax axis.
+    """
+    def wrong(logits, top_p, temperature_=1.0):
+        t = temperature_
+        t_nucleus = {"first": t, "after": 1.0, "ignored": 1.0, "multiplied": 1.0 / t}[temperature]
+        t_final = {"first": t, "after": t, "ignored": 1.0, "multiplied": 1.0 / t}[temperature]
+        z = logits / t_nucleus                                                  # (..., V)
+        probs = z.softmax(dim=dim)
+        if cumulate == "vocab":
+            idx = torch.arange(logits.shape[-1]).expand(logits.shape)
+            ranked = probs
+        else:
+            ranked, idx = probs.sort(dim=-1, descending=order == "descending", stable=True)
+        values = z.gather(-1, idx) if cumulate == "logits" else ranked
+        cum = values.cumsum(dim=-1)
+        before = F.pad(cum[..., :-1], (1, 0))
+        kept = {"before<p": before < top_p, "before<=p": before <= top_p, "cum<=p": cum <= top_p,
+                "cum<=p,top": (cum <= top_p) | (torch.arange(cum.shape[-1]) == 0)}[keep]   # (..., V) ranked
+        base = logits / t_final                                                 # (..., V)
+        if back == "none":                                                      # all in sorted order
+            mask, base = kept, base.gather(-1, idx)
+        elif back == "gather":
+            mask = kept.gather(-1, idx)
+        else:
+            mask = kept.scatter(-1, idx, kept)                                  # (..., V) vocabulary order
+        if output == "mask":
+            return mask.to(logits.dtype)
+        if renormalise:
+            return base.masked_fill(~mask, float("-inf")).softmax(dim=dim)
+        return base.softmax(dim=dim) * mask
+    return wrong
+
+
+NUCLEUS_EXACT = ("a nucleus that reaches p exactly stops there: cumulative >= p. With probabilities 0.5, 0.25, "
+                 "0.125, 0.125 and top_p = 0.75 the first two tokens already reach 0.75, so the nucleus holds 2; "
+                 "drop a token when the mass in front of it is >= top_p (yours dropped it only when > top_p).")
+NUCLEUS_LOGITS = ("your output has -inf or negative entries: those are logits (or log-probabilities), not "
+                  "probabilities. Return probabilities: softmax of the filtered logits.")
+NUCLEUS_EMPTY = ("some rows came out NaN: the nucleus was empty and 0/0 followed. The token that crosses top_p "
+                 "belongs to the nucleus, so the most likely token is always kept.")
+NUCLEUS_SUM = ("each row must sum to 1 over the nucleus: renormalise the kept probabilities (divide them by their "
+               "sum), or take the softmax of the filtered logits.")
+NUCLEUS_GENERIC = ("divide the logits by temperature, take the softmax, sort the probabilities in descending "
+                   "order, keep each token while the mass in front of it is < top_p (so the token that crosses "
+                   "top_p is kept), put the keep mask back in vocabulary order (scatter), and take the softmax of "
+                   "the kept logits.")
+
+NUCLEUS_MISTAKES = [
+    (_nucleus(keep="before<=p"), NUCLEUS_EXACT),
+    (_nucleus(keep="cum<=p"),
+     "the token that crosses top_p belongs to the nucleus: keep a token while the mass in front of it is < top_p, "
+     "not while the cumulative sum with it is <= top_p. Yours even kept no token at all when the top token's "
+     "probability exceeds top_p (hence NaN): the most likely token is always kept."),
+    (_nucleus(keep="cum<=p,top"),
+     "the token that crosses top_p belongs to the nucleus, the smallest set whose total reaches top_p: keep a "
+     "token while the mass in front of it is < top_p (yours keeps only those whose cumulative sum is <= top_p)."),
+    (_nucleus(order="ascending"), "you sorted in ascending order, so your nucleus holds the LEAST likely tokens: "
+                                  "sort the probabilities with descending=True."),
+    (_nucleus(renormalise=False), "the kept probabilities are not renormalised, so they sum to less than 1: "
+                                  "divide them by their sum (or take the softmax of the filtered logits)."),
+    (_nucleus(temperature="after"),
+     "temperature comes first: divide the logits by it before choosing the nucleus, since it changes which "
+     "tokens reach top_p. Yours chose the nucleus from softmax(logits) and applied the temperature afterwards."),
+    (_nucleus(temperature="ignored"), "the temperature argument is ignored: divide the logits by temperature "
+                                      "before the softmax."),
+    (_nucleus(temperature="multiplied"), "you multiplied the logits by temperature: divide them by it "
+                                         "(temperature < 1 sharpens the distribution, > 1 flattens it)."),
+    (_nucleus(cumulate="logits"), "you added up the logits: the nucleus is decided by the cumulative sum of the "
+                                  "PROBABILITIES, softmax(logits / temperature), sorted from the most likely."),
+    (_nucleus(cumulate="vocab"), "your cumulative sum runs in vocabulary order: sort the probabilities in "
+                                 "descending order first, so that the nucleus collects the most likely tokens."),
+    (_nucleus(back="none"), "your output is in sorted order (most likely first): put each probability back at "
+                            "its token's index, scatter(-1, order, ...), so that the output lines up with logits."),
+    (_nucleus(back="gather"), "you un-sorted with gather(-1, order), which reads sorted position order[i] into "
+                              "token i: the sort applied twice. Write back with scatter(-1, order, values), or "
+                              "gather with the inverse permutation, order.argsort(dim=-1)."),
+    (_nucleus(output="mask"), "you returned the nucleus mask (1 inside, 0 outside): return the probabilities, "
+                              "zero outside the nucleus and summing to 1 over it (the softmax of the filtered "
+                              "logits)."),
+    (_nucleus(dim=0), "a softmax over dim=0 normalises across the rows of the batch: the vocabulary is the LAST "
+                      "axis, so use dim=-1 (logits may be (V,), (B, V) or (B, T, V))."),
+]
+
+
+def _kept(t: torch.Tensor) -> torch.Tensor:
+    return (t != 0).sum(dim=-1).reshape(-1)                   # tokens kept, per row
+
+
+def _case_text(case) -> str:
+    logits, top_p, *rest = case
+    temperature = rest[0] if rest else 1.0
+    return f"logits of shape {tuple(logits.shape)}, top_p = {top_p:.4g}, temperature = {temperature:.4g}"
+
+
+def _diagnose_nucleus(cases, outputs, refs):
+    if any(bool((o == -math.inf).any() or (o < 0).any()) for o in outputs):
+        return f"wrong output. Hint: {NUCLEUS_LOGITS}"
+    if any(bool(o.isnan().any()) for o in outputs):
+        return f"wrong output. Hint: {NUCLEUS_EMPTY}"
+    if not all(bool(torch.allclose(o.sum(dim=-1), torch.ones((), dtype=F64), rtol=0.0, atol=1e-5))
+               for o in outputs):                             # (float32 sums are left to the engine)
+        return f"wrong output. Hint: {NUCLEUS_SUM}"
+    for case, out, ref in zip(cases, outputs, refs):
+        got, want = _kept(out), _kept(ref)
+        if not torch.equal(got, want):
+            row = int(torch.nonzero(got != want)[0])
+            where = f" (row {row} of {got.numel()})" if got.numel() > 1 else ""
+            n, m = int(got[row]), int(want[row])
+            return (f"for {_case_text(case)}{where} you kept {n} token{'s' if n != 1 else ''}; the nucleus holds "
+                    f"{m}. Hint: {NUCLEUS_GENERIC}")
+    return None
+
+
+register(Exercise(
+    name="nucleus_probs", number="5.1", function="nucleus_probs", chapter=CHAPTER,
+    args=("logits", "top_p", "temperature"),
+    library_answers=("tinyformer.sampling.next_token_distribution", "tinyformer.sampling.top_p_filter",
+                     "tinyformer.sampling.sample_next"),
+    make_cases=_nucleus_cases, reference=nucleus_probs_reference,
+    returns="the (..., V) float64 probabilities: zero outside the nucleus, summing to 1 over it",
+    mistakes=NUCLEUS_MISTAKES,
+    error_hints=[
+        (AttributeError, r"return_types\.sort",
+         "torch.sort returns a pair (values, indices), not a tensor: unpack it, "
+         "sorted_probs, order = probs.sort(dim=-1, descending=True)."),
+        (TypeError, r"return_types\.sort",
+         "you passed the result of torch.sort on as a tensor: it is a pair, so write values, order = "
+         "torch.sort(...) and use values (and order, to put them back)."),
+        (RuntimeError, r"[Ee]xpected dtype (int32/)?int64 for index",
+         "scatter and gather take an integer index (torch.long): use the indices torch.sort returns (or "
+         "torch.argsort), not a float copy of them."),
+        (RuntimeError, r"[Ee]xpected self\.dtype to be equal to src\.dtype",
+         "scatter writes src into a tensor of its own dtype: scatter a bool mask into a bool tensor "
+         "(torch.zeros_like(mask)), or probabilities into a float64 one."),
+        (RuntimeError, r"masked_fill_? only supports boolean masks",
+         "masked_fill needs a torch.bool mask: a comparison such as before >= top_p gives one; a float mask of "
+         "0s and 1s does not."),
+        (ValueError, r"values to unpack",
+         "logits may be (V,), (B, V) or (B, T, V): do not unpack logits.shape into two sizes; work along the "
+         "last axis (dim=-1) and let the leading axes come along."),
+        (IndexError, r"[Dd]imension out of range",
+         "the vocabulary is the last axis, dim=-1: logits may be 1-D, of shape (V,), where dim=1 does not "
+         "exist."),
+        (TypeError, r"cumsum\(\) missing 1 required positional arguments?: \"dim\"",
+         "torch.cumsum needs the axis to add along: probs.cumsum(dim=-1)."),
+        (TypeError, r"missing 1 required positional argument: '",
+         "temperature has a default: nucleus_probs(logits, top_p) means temperature = 1.0, so write "
+         "def nucleus_probs(logits, top_p, temperature=1.0)."),
+    ],
+    diagnose=safe_diagnosis(_diagnose_nucleus), diagnose_hints=(NUCLEUS_LOGITS, NUCLEUS_EMPTY, NUCLEUS_SUM),
+    generic_hint=NUCLEUS_GENERIC,
+))
+
+
+# --------------------------------------------------------------------------- 5.2 the parameters of a GPT
+
+
+def gpt_params_reference(vocab_size: int, block_size: int, n_layer: int, d_model: int,
+                         tie_weights: bool = True) -> int:
+    return gpt_param_count(GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=1,
+                                     d_model=d_model, tie_weights=tie_weights))
+
+
+def _params_cases(g):
+    """(vocab_size, block_size, n_layer, d_model[, tie_weights]): GPT-2 small first (its 124,439,808),
+    small sizes tied and untied, one leaving tie_weights to its default (True), n_layer = 1 once; all
+    with vocab_size != block_size != d_model; then a random size."""
+    cases = [(50257, 1024, 12, 768, True), (65, 32, 4, 48, False), (10, 8, 1, 4, True), (300, 20, 3, 24),
+             (50257, 1024, 12, 768, False), (1000, 128, 6, 64, True)]
+    d = 4 * _randint(g, 1, 64)
+    vocab = _randint(g, 10, 60000)
+    block = _randint(g, 4, 2048)
+    vocab += vocab == block
+    return cases + [(vocab, block, _randint(g, 2, 24), d, bool(_randint(g, 0, 1)))]
+
+
+def _gpt_count(V, T, L, d, tied=True, *, tokens=True, positions=True, head="right", head_bias=False,
+               biases=True, norms=True, final_norm=True, norm_size=2, w_o=True, d_ff=4, blocks="all"):
+    """The GPT's count with the slips named by the keywords; the defaults are right."""
+    f = d_ff * d
+    attention = (4 if w_o else 3) * (d * d + (d if biases else 0))
+    ffn = 2 * d * f + ((f + d) if biases else 0)
+    lns = 2 * norm_size * d if norms else 0
+    block = attention + ffn + lns
+    n_blocks = L if blocks == "all" else 1
+    total = n_blocks * block + (norm_size * d if norms and final_norm else 0)
+    total += (V * d if tokens else 0) + (T * d if positions else 0)
+    counts_head = {"right": not tied, "always": True, "never": False}[head]
+    total += (V * d if counts_head else 0) + (V if head_bias is True or (head_bias == "untied" and not tied) else 0)
+    return total
+
+
+def _gpt(**slips):
+    def wrong(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+        return _gpt_count(vocab_size, block_size, n_layer, d_model, tie_weights, **slips)
+    return wrong
+
+
+GPT_FLOAT = ("the count is right but it is a float: return an int (a count is a whole number; use // instead of /, "
+             "or int(...)).")
+GPT_GENERIC = ("list every parameter tensor with its shape: the token and position embeddings, n_layer blocks (a "
+               "block's count is exercise 3.4's, with d_ff = 4·d_model), the final layer norm, and the LM head "
+               "only when it is not tied; add their sizes.")
+
+# (the slips, the hint, the parts of the count it touches: two slips combine when their parts are disjoint)
+GPT_SLIPS = [
+    (dict(positions=False), "the position embeddings are missing: a table of block_size × d_model learned "
+                            "vectors, one per position.", {"positions"}),
+    (dict(tokens=False), "the token embedding is missing: vocab_size × d_model, one vector per token (tied, it "
+                         "is also the LM head's weight; untied, the head has its own copy).", {"tokens"}),
+    (dict(head="always"), "you counted the LM head although it is tied: with tie_weights=True the head reuses "
+                          "the token embedding's matrix, so it adds no parameters.", {"head"}),
+    (dict(head="never"), "the LM head is missing in the untied model: with tie_weights=False it has its own "
+                         "d_model × vocab_size weight (no bias).", {"head"}),
+    (dict(head_bias=True), "the LM head has no bias (nn.Linear(d_model, vocab_size, bias=False)): it adds "
+                           "vocab_size × d_model weights when untied and nothing when tied.", {"head bias"}),
+    (dict(head_bias="untied"), "your untied LM head has a bias of vocab_size numbers: the head is nn.Linear(d_model, "
+                               "vocab_size, bias=False), so untied it adds the d_model × vocab_size weights only.",
+     {"head bias"}),
+    (dict(biases=False), "the biases are missing: in each block the four projections have d_model each, the "
+                         "FFN's b_1 has 4·d_model and b_2 d_model.", {"biases"}),
+    (dict(norms=False), "the layer norms are missing: two per block and the final one, each with a gain and a "
+                        "bias of d_model numbers.", {"norms"}),
+    (dict(final_norm=False), "the final layer norm is missing: a pre-norm GPT normalises the stream once more "
+                             "after the last block (ln_f: a gain and a bias, 2·d_model).", {"norms"}),
+    (dict(norm_size=1), "each layer norm has a gain AND a bias, 2·d_model numbers: you counted d_model per "
+                        "norm.", {"norms"}),
+    (dict(w_o=False), "attention has four projections: the output projection W_O (d_model², and its bias) is "
+                      "missing.", {"attention", "biases"}),
+    (dict(d_ff=1), "the feed-forward network's hidden width is d_ff = 4·d_model: W_1 is d_model × 4·d_model "
+                   "and W_2 4·d_model × d_model, and b_1 has 4·d_model numbers.", {"ffn", "biases"}),
+    (dict(blocks="one"), "you counted one block: the GPT stacks n_layer of them.",
+     {"blocks", "attention", "ffn", "biases", "norms"}),
+]
+
+GPT_MISTAKES = [(lambda V, T, L, d, tied=True: 12 * L * d * d,
+                 "12·n_layer·d_model² is Kaplan et al.'s estimate: the blocks' weight matrices only. The exercise "
+                 "asks for the exact count: add the embeddings, the biases, the layer norms, and an untied LM "
+                 "head.")]
+GPT_MISTAKES += [(_gpt(**slips), hint) for slips, hint, _ in GPT_SLIPS]
+
+
+def _as_int(x):
+    """``x`` as an int if it is a whole number, else None."""
+    if type(x) is int:
+        return x
+    if type(x) is float and math.isfinite(x) and x.is_integer():
+        return int(x)
+    return None
+
+
+def _two_slips(cases, outputs, refs) -> tuple[str, str] | None:
+    """The hints of the one pair of unrelated slips whose differences add up to the reader's on
+    every case; None if no pair, or more than one, does."""
+    got = [_as_int(o) for o in outputs]
+    if None in got:
+        return None
+    diffs = [o - r for o, r in zip(got, refs)]
+    effects = [([_gpt(**slips)(*case) - r for case, r in zip(cases, refs)], hint, parts)
+               for slips, hint, parts in GPT_SLIPS]
+    found = [(a[1], b[1]) for i, a in enumerate(effects) for b in effects[i + 1:]
+             if not a[2] & b[2] and all(x + y == z for x, y, z in zip(a[0], b[0], diffs))]
+    return found[0] if len(found) == 1 else None
+
+
+def _diagnose_params(cases, outputs, refs):
+    if all(type(o) is float and o == r for o, r in zip(outputs, refs)):
+        return f"wrong output. Hint: {GPT_FLOAT}"
+    pair = _two_slips(cases, outputs, refs)
+    if pair is not None:
+        first, second = pair
+        return f"wrong count: two slips. Hint: {first} And {second[0].lower()}{second[1:]}"
+    names = ("vocab_size", "block_size", "n_layer", "d_model", "tie_weights")
+    for case, out, ref in zip(cases, outputs, refs):
+        if not (type(out) in (int, float) and math.isfinite(out)):
+            return None
+        if out != ref:
+            said = ", ".join(f"{n} = {v}" for n, v in zip(names, case))
+            off = abs(out - ref)
+            return (f"for {said} you counted {out:,}; the GPT has {ref:,} ({off:,} too "
+                    f"{'many' if out > ref else 'few'}). Hint: {GPT_GENERIC}")
+    return None
+
+
+register(Exercise(
+    name="gpt_params", number="5.2", function="gpt_params", chapter=CHAPTER,
+    args=("vocab_size", "block_size", "n_layer", "d_model", "tie_weights"),
+    library_answers=("tinyformer.model.gpt_param_count", "tinyformer.blocks.block_param_count",
+                     "tinyformer.model.GPT", "tinyformer.blocks.TransformerStack",
+                     "tinyformer.blocks.TransformerBlock"),
+    make_cases=_params_cases, reference=gpt_params_reference, returns="the parameter count, an int",
+    rtol=0.0, atol=0.0, compare=lambda case, out, ref: type(out) is int and out == ref,
+    mistakes=GPT_MISTAKES,
+    error_hints=[
+        (TypeError, r"missing 1 required positional argument: '",
+         "tie_weights has a default: gpt_params(vocab_size, block_size, n_layer, d_model) means "
+         "tie_weights=True, so write def gpt_params(..., d_model, tie_weights=True)."),
+    ],
+    diagnose=safe_diagnosis(_diagnose_params), diagnose_hints=(GPT_FLOAT,),
+    generic_hint=GPT_GENERIC,
+))

@@ -1,0 +1,225 @@
+"""Chapter 5: the whole GPT.
+
+Token ids ``idx`` ``(B, T)`` become vectors (a token embedding, plus a
+position vector unless the positions are rotary or absent), pass through
+``n_layer`` transformer blocks (chapter 3) and a final layer norm, and the
+**LM head** turns each position's vector back into ``vocab_size`` logits,
+the scores of every possible next token: ``(B, T, vocab_size)``.
+
+Everything here is assembled from the earlier chapters' modules;
+:class:`GPTConfig` chooses among them. The helpers at the end count the
+model's parameters and the FLOPs of a training step in closed form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tinyformer.blocks import NORMS, TransformerStack, _check_bool, _check_eps, block_param_count, init_gpt2_
+from tinyformer.positions import LearnedPositions, sinusoidal_positions
+from tinyformer.setup import check_int
+from tinyformer.toy import _require_ids
+
+POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+
+
+def _check_std(std) -> float:
+    if isinstance(std, bool) or not isinstance(std, (int, float)):
+        raise TypeError(f"init_std must be a number, got {std!r}")
+    if not math.isfinite(std) or std < 0:
+        raise ValueError(f"init_std must be a finite number >= 0, "
+                         f"got {std!r}")
+    return float(std)
+
+
+@dataclass
+class GPTConfig:
+    """The sizes and choices that define a GPT. ``d_ff`` defaults to
+    ``4·d_model``; ``positions`` is ``"learned"`` (GPT-2), ``"sinusoidal"``,
+    ``"rotary"`` or ``"none"``; ``norm`` is ``"pre"`` or ``"post"``.
+    ``fused_attention`` lets attention use torch's fused kernel when the
+    weights are not asked for, and layer norm use ``F.layer_norm`` (same
+    outputs, faster)."""
+
+    vocab_size: int
+    block_size: int
+    n_layer: int
+    n_head: int
+    d_model: int
+    d_ff: int | None = None
+    positions: str = "learned"
+    norm: str = "pre"
+    bias: bool = True
+    tie_weights: bool = True
+    eps: float = 1e-5
+    init_std: float = 0.02
+    fused_attention: bool = True
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head",
+                     "d_model"):
+            setattr(self, name, check_int(name, getattr(self, name)))
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible "
+                             f"by n_head ({self.n_head})")
+        self.d_ff = (4 * self.d_model if self.d_ff is None
+                     else check_int("d_ff", self.d_ff))
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got "
+                             f"{self.positions!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got "
+                             f"{self.norm!r}")
+        if self.positions == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"positions='sinusoidal' needs an even "
+                             f"d_model (sin/cos pairs), got {self.d_model}")
+        if self.positions == "rotary" and self.d_head % 2:
+            raise ValueError(f"positions='rotary' needs an even d_head = "
+                             f"d_model // n_head, got {self.d_head}")
+        for name in ("bias", "tie_weights", "fused_attention"):
+            _check_bool(name, getattr(self, name))
+        self.eps = _check_eps(self.eps)
+        self.init_std = _check_std(self.init_std)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @classmethod
+    def gpt2(cls, **changes) -> GPTConfig:
+        """GPT-2 small (Radford et al., 2019): 124M parameters."""
+        sizes = dict(vocab_size=50257, block_size=1024, n_layer=12,
+                     n_head=12, d_model=768)
+        return cls(**{**sizes, **changes})
+
+
+def _check_config(config) -> GPTConfig:
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"config must be a GPTConfig, got "
+                        f"{type(config).__name__}")
+    return config
+
+
+class GPT(nn.Module):
+    """A decoder-only transformer language model: ``model(idx)`` maps token
+    ids ``(B, T)`` to next-token logits ``(B, T, vocab_size)``."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        c = self.config = _check_config(config)
+        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        if c.positions == "learned":
+            self.position_embedding = LearnedPositions(c.block_size,
+                                                       c.d_model)
+        elif c.positions == "sinusoidal":   # fixed: a buffer, built once
+            table = sinusoidal_positions(c.block_size, c.d_model)
+            self.register_buffer("position_table", table, persistent=False)
+        self.blocks = TransformerStack(          # its final norm is ln_f
+            c.n_layer, c.d_model, c.n_head, c.d_ff, c.norm, bias=c.bias,
+            eps=c.eps, rotary=c.positions == "rotary",
+            fused=c.fused_attention)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        init_gpt2_(self, c.n_layer, c.init_std)
+        nn.init.normal_(self.token_embedding.weight, 0.0, c.init_std)
+        if c.positions == "learned":
+            nn.init.normal_(self.position_embedding.weight, 0.0, c.init_std)
+        if c.tie_weights:   # one matrix reads tokens in and writes them out
+            self.lm_head.weight = self.token_embedding.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx: integer token ids ``(B, T)``, ``T <= block_size``.
+        Returns logits ``(B, T, vocab_size)``."""
+        self._check_idx(idx)
+        T = idx.shape[1]
+        x = self.token_embedding(idx)                 # (B, T, d_model)
+        if self.config.positions == "learned":
+            x = x + self.position_embedding(T)        # + (T, d_model)
+        elif self.config.positions == "sinusoidal":
+            x = x + self.position_table[:T]           # + (T, d_model)
+        x = self.blocks(x)                            # (B, T, d_model)
+        return self.lm_head(x)                        # (B, T, vocab_size)
+
+    def loss(self, idx: torch.Tensor,
+             targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy (nats) of the next-token predictions for
+        ``idx`` ``(B, T)`` against ``targets`` ``(B, T)``; a target of
+        -100 is left out of the mean."""
+        logits = self(idx)                            # (B, T, V)
+        _require_ids("targets", targets, idx.shape,
+                     f"have the shape of idx {tuple(idx.shape)}",
+                     "integer token ids")
+        V = self.config.vocab_size
+        bad = (targets != -100) & ((targets < 0) | (targets >= V))
+        if targets.device.type != "meta" and bad.any():
+            raise ValueError(f"targets must be token ids in [0, vocab_size="
+                             f"{V}) or -100 (ignored), got "
+                             f"{int(targets[bad][0])}")
+        return F.cross_entropy(logits.view(-1, V), targets.reshape(-1),
+                               ignore_index=-100)
+
+    def _check_idx(self, idx) -> None:
+        _require_ids("idx", idx, None, "be a 2-D tensor of token ids (B, T)",
+                     "integer token ids")
+        T, c = idx.shape[1], self.config
+        if not 1 <= T <= c.block_size:
+            raise ValueError(f"idx has {T} positions; the model takes 1 to "
+                             f"block_size={c.block_size}")
+        # meta tensors carry no values to check
+        if idx.device.type != "meta" and idx.numel() and (
+                idx.min() < 0 or idx.max() >= c.vocab_size):
+            raise ValueError(f"token ids in idx must lie in [0, vocab_size="
+                             f"{c.vocab_size}), got ids from "
+                             f"{int(idx.min())} to {int(idx.max())}")
+
+
+def gpt_param_count(config: GPTConfig) -> int:
+    """The parameters of ``GPT(config)``, counted from its parts."""
+    c = _check_config(config)
+    d, V = c.d_model, c.vocab_size
+    blocks = c.n_layer * block_param_count(d, c.d_ff, c.bias)
+    ln_f = 2 * d if c.norm == "pre" else 0   # post-norm ends normalised
+    positions = c.block_size * d if c.positions == "learned" else 0
+    lm_head = 0 if c.tie_weights else d * V             # tied: E itself
+    return V * d + positions + blocks + ln_f + lm_head
+
+
+def kaplan_estimate(config: GPTConfig) -> int:
+    """Kaplan et al.'s (2020) approximation ``12·n_layer·d_model²``: the
+    blocks' weight matrices when ``d_ff = 4·d_model``, nothing else."""
+    c = _check_config(config)
+    return 12 * c.n_layer * c.d_model ** 2
+
+
+def matmul_params(config: GPTConfig) -> int:
+    """``N_matmul``: the weights that multiply activations (every linear
+    map, the LM head included whether tied or not), not the embedding
+    lookups, norms or biases."""
+    c = _check_config(config)
+    per_block = 4 * c.d_model ** 2 + 2 * c.d_model * c.d_ff
+    return c.n_layer * per_block + c.d_model * c.vocab_size
+
+
+def training_flops_per_token(config: GPTConfig, T: int | None = None) -> int:
+    """FLOPs of one training step (forward + backward) per token, in the
+    convention of PaLM's appendix B (Chowdhery et al., 2022):
+    ``6·N_matmul + 12·n_layer·d_model·T``.
+
+    A multiply-add is 2 FLOPs; the backward pass costs twice the forward.
+    ``6·N_matmul`` covers the weights (:func:`matmul_params`); the second
+    term covers attention's ``QKᵀ`` and ``weights·V`` over all ``T`` keys
+    (``T`` defaults to ``block_size``). It is *not* halved for the causal
+    mask, although half of those scores are masked out."""
+    c = _check_config(config)
+    T = c.block_size if T is None else check_int("T", T)
+    return 6 * matmul_params(c) + 12 * c.n_layer * c.d_model * T
+
+
+__all__ = [
+    "GPT", "GPTConfig", "gpt_param_count", "kaplan_estimate",
+    "matmul_params", "training_flops_per_token",
+]

@@ -1,0 +1,785 @@
+"""Chapter 5's checks: every solution passes, every stub is 'not implemented yet', every registered
+mistake is caught by its own hint whatever the seed, and wrong answers written here, the way a
+learner would write them, fail with the hint that names their slip. These generic tests are written
+once, in tests/exercise_suite.py; the ``globals().update(SUITE...)`` lines below take in (and name)
+those this chapter runs.
+
+The solutions and wrong answers below are written independently of ``tinyformer.course.ch05``: the
+nucleus with NumPy and Python loops (sorted(), math.exp), Hugging Face's ascending-sort filter, and
+torch in float32 where a learner's code would be; the parameter count by arithmetic. The references
+are checked against a brute-force nucleus (Python floats, sorted by hand) and against the sizes of
+the parameters of GPT(config) itself, GPT-2 small built on the meta device. The chapter notebook
+(book/05-gpt.ipynb) is optional here: the tests that read it are skipped while it does not exist.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import exercise_suite
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from exercise_suite import SEEDS, verdict_for
+
+from tinyformer import checks, sampling
+from tinyformer.course import _nbrun, ch05, engine
+from tinyformer.model import GPT, GPTConfig
+
+from conftest import BOOK, define
+
+CHAPTER = ["nucleus_probs", "gpt_params"]
+DRILLS: list[str] = []
+ALL = CHAPTER + DRILLS
+NOTEBOOK = BOOK / "05-gpt.ipynb"
+F64 = torch.float64
+GPT2_SMALL = 124_439_808
+
+# --------------------------------------------------------------------------- solutions (exercise cells)
+
+SOLUTIONS = {
+    "nucleus_probs": '''\
+import numpy as np
+import torch
+
+
+def nucleus_probs(logits, top_p, temperature=1.0):
+    """The distribution top-p sampling draws from: softmax(logits / T),
+    kept on the nucleus (the fewest most likely tokens whose probability
+    reaches top_p) and renormalised. logits: (..., V)."""
+    # BEGIN SOLUTION
+    V = logits.shape[-1]
+    z = logits.numpy().reshape(-1, V) / temperature     # (rows, V)
+    out = np.zeros_like(z)
+    for r, row in enumerate(z):
+        p = np.exp(row - row.max())
+        p = p / p.sum()                                 # softmax
+        mass = 0.0
+        for i in sorted(range(V), key=lambda i: -p[i]):  # likeliest first
+            if mass >= top_p:                           # nucleus complete
+                break
+            out[r, i] = p[i]
+            mass += p[i]
+        out[r] /= out[r].sum()                          # renormalise
+    return torch.from_numpy(out.reshape(logits.shape))
+    # END SOLUTION
+''',
+    "gpt_params": '''\
+def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    """The exact number of parameters of the book's GPT (learned
+    positions, pre-norm, biases, d_ff = 4·d_model)."""
+    # BEGIN SOLUTION
+    d = d_model
+    attention = 4 * (d * d + d)           # W_Q, W_K, W_V, W_O, their biases
+    ffn = d * 4 * d + 4 * d + 4 * d * d + d   # W_1, b_1, W_2, b_2
+    norms = 2 * (d + d)                   # ln_1, ln_2: a gain and a bias
+    block = attention + ffn + norms
+    total = vocab_size * d + block_size * d   # token and position tables
+    total += n_layer * block + (d + d)        # the blocks, then ln_f
+    if not tie_weights:
+        total += d * vocab_size           # the LM head's own matrix
+    return total
+    # END SOLUTION
+''',
+}
+
+SUITE = exercise_suite.Chapter(CHAPTER, DRILLS, SOLUTIONS, NOTEBOOK)
+solution = SUITE.solution
+
+
+# --------------------------------------------------------------------------- 5.1, as learners write it
+
+
+def learner_nucleus(rule="front<p", descending=True, temperature_at="start", renormalise=True, back="scatter",
+                    output="probs", softmax_dim=-1, cumulate="sorted", dtype=None):
+    """A learner's torch top-p filter, with the slip chosen by the keywords.
+
+    rule: "front<p" (right: cum - p_sorted < top_p), "cum<=p" (crossing token out), "cum<=p+top",
+    "cum<p" (crossing token out, strictly), "shift>p" (the classic 'cum > p, shifted right', which
+    keeps one token too many when the nucleus reaches top_p exactly). temperature_at: "start",
+    "end" (nucleus at T = 1), "never", "times". back: "scatter", "none" (sorted order), "gather".
+    output: "probs", "logits" (the filtered logits, -inf outside), "log_probs", "mask" (bool),
+    "float_mask". cumulate: "sorted", "logits" (the sorted logits added up), "vocab" (unsorted).
+    dtype: compute in this dtype (float32) and return it.
+    """
+    def nucleus_probs(logits, top_p, temperature=1.0):
+        x = logits if dtype is None else logits.to(dtype)
+        if temperature_at == "start":
+            x = x / temperature
+        elif temperature_at == "times":
+            x = x * temperature
+        probs = F.softmax(x, dim=softmax_dim)
+        if cumulate == "vocab":
+            sorted_probs, idx = probs, torch.arange(x.shape[-1]).expand(x.shape)
+        else:
+            sorted_probs, idx = torch.sort(probs, dim=-1, descending=descending)
+        summed = torch.gather(x, -1, idx) if cumulate == "logits" else sorted_probs
+        cum = torch.cumsum(summed, dim=-1)
+        if rule == "front<p":
+            keep_sorted = cum - summed < top_p
+        elif rule == "cum<=p":
+            keep_sorted = cum <= top_p
+        elif rule == "cum<p":
+            keep_sorted = cum < top_p
+        elif rule == "cum<=p+top":
+            keep_sorted = cum <= top_p
+            keep_sorted[..., 0] = True
+        else:                                                   # "shift>p"
+            remove = cum > top_p
+            remove[..., 1:] = remove[..., :-1].clone()
+            remove[..., 0] = False
+            keep_sorted = ~remove
+        if back == "scatter":
+            keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+        elif back == "gather":
+            keep = torch.gather(keep_sorted, -1, idx)
+        else:
+            keep, x = keep_sorted, torch.gather(x, -1, idx)
+        if temperature_at == "end":
+            x = x / temperature
+        if output == "mask":
+            return keep
+        if output == "float_mask":
+            return keep.to(logits.dtype)
+        filtered = x.masked_fill(~keep, -math.inf)
+        if output == "logits":
+            return filtered
+        if output == "log_probs":
+            return F.log_softmax(filtered, dim=-1)
+        if not renormalise:
+            return F.softmax(x, dim=softmax_dim) * keep
+        return F.softmax(filtered, dim=softmax_dim)
+    return nucleus_probs
+
+
+def nucleus_hugging_face(logits, top_p, temperature=1.0):
+    """transformers' TopPLogitsWarper: sort ascending, remove the tokens whose cumulative probability
+    (from the least likely) is <= 1 - top_p, always keep the most likely one (right)."""
+    scores = logits / temperature
+    sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+    cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    sorted_indices_to_remove = cumulative_probs <= (1 - top_p)
+    sorted_indices_to_remove[..., -1:] = 0
+    indices_to_remove = sorted_indices_to_remove.scatter(-1, sorted_indices, sorted_indices_to_remove)
+    return scores.masked_fill(indices_to_remove, -float("inf")).softmax(dim=-1)
+
+
+def nucleus_python(logits, top_p, temperature=1.0):
+    """Pure Python: every row as a list of floats, math.exp, sorted() (right)."""
+    rows = logits.reshape(-1, logits.shape[-1]).tolist()
+    out = []
+    for row in rows:
+        z = [v / temperature for v in row]
+        top = max(z)
+        e = [math.exp(v - top) for v in z]
+        p = [v / sum(e) for v in e]
+        order = sorted(range(len(p)), key=lambda i: (-p[i], i))
+        kept, mass = [], 0.0
+        for i in order:
+            if mass >= top_p:
+                break
+            kept.append(i)
+            mass += p[i]
+        total = sum(p[i] for i in kept)
+        out.append([p[i] / total if i in kept else 0.0 for i in range(len(p))])
+    return torch.tensor(out, dtype=F64).reshape(logits.shape)
+
+
+def nucleus_by_top_k(logits, top_p, temperature=1.0):
+    """The nucleus found as the smallest k whose top-k probabilities reach top_p (right)."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    flat = probs.reshape(-1, probs.shape[-1])
+    out = torch.zeros_like(flat)
+    for r in range(flat.shape[0]):
+        values, idx = flat[r].topk(flat.shape[1])
+        k = int((values.cumsum(0) - values < top_p).sum())
+        out[r, idx[:k]] = values[:k] / values[:k].sum()
+    return out.reshape(probs.shape)
+
+
+def nucleus_inverse_permutation(logits, top_p, temperature=1.0):
+    """argsort, gather, and back through the inverse permutation; torch.where, divided by the sum (right)."""
+    probs = (logits / temperature).softmax(dim=-1)
+    order = probs.argsort(dim=-1, descending=True)
+    sorted_probs = probs.gather(-1, order)
+    keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p
+    keep = keep_sorted.gather(-1, order.argsort(dim=-1))
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def nucleus_in_place(logits, top_p, temperature=1.0):
+    logits /= temperature
+    return learner_nucleus()(logits, top_p)
+
+
+def nucleus_float32_inside(logits, top_p, temperature=1.0):
+    return learner_nucleus()(logits.float(), top_p, temperature).double()
+
+
+def nucleus_no_default(logits, top_p, temperature):
+    return learner_nucleus()(logits, top_p, temperature)
+
+
+def nucleus_sort_attribute(logits, top_p, temperature=1.0):
+    sorted_logits = torch.sort(logits / temperature, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    return probs
+
+
+def nucleus_sort_passed_on(logits, top_p, temperature=1.0):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs = torch.sort(probs, descending=True)
+    cum = torch.cumsum(sorted_probs, dim=-1)
+    return cum
+
+
+def nucleus_float_index(logits, top_p, temperature=1.0):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = (sorted_probs.cumsum(-1) - sorted_probs < top_p).to(probs.dtype)
+    mask = torch.zeros_like(probs).scatter(-1, order.to(probs.dtype), keep)
+    return probs * mask / (probs * mask).sum(-1, keepdim=True)
+
+
+def nucleus_scatter_bool_into_float(logits, top_p, temperature=1.0):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+    keep = torch.zeros_like(probs).scatter(-1, order, keep_sorted)
+    return probs * keep / (probs * keep).sum(-1, keepdim=True)
+
+
+def nucleus_float_mask_fill(logits, top_p, temperature=1.0):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    drop_sorted = (sorted_probs.cumsum(-1) - sorted_probs >= top_p).double()
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return torch.softmax((logits / temperature).masked_fill(drop, -math.inf), dim=-1)
+
+
+def nucleus_two_sizes(logits, top_p, temperature=1.0):
+    """Written for (B, V) only."""
+    B, V = logits.shape
+    return learner_nucleus()(logits, top_p, temperature)
+
+
+def nucleus_dim_1(logits, top_p, temperature=1.0):
+    """dim=1 everywhere: right for (B, V), out of range for (V,)."""
+    probs = torch.softmax(logits / temperature, dim=1)
+    sorted_probs, order = probs.sort(dim=1, descending=True)
+    keep_sorted = sorted_probs.cumsum(dim=1) - sorted_probs < top_p
+    keep = keep_sorted.scatter(1, order, keep_sorted)
+    return torch.softmax((logits / temperature).masked_fill(~keep, -math.inf), dim=1)
+
+
+def nucleus_cumsum_without_dim(logits, top_p, temperature=1.0):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    return sorted_probs.cumsum()
+
+
+def nucleus_above_threshold(logits, top_p, temperature=1.0):
+    """Keeps the tokens whose own probability is at least 1 - top_p: not a nucleus."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    keep = probs >= 1 - top_p
+    keep = keep | (probs == probs.max(dim=-1, keepdim=True).values)
+    kept = probs * keep
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def nucleus_temperature_squared(logits, top_p, temperature=1.0):
+    """The right nucleus, its probabilities at temperature² (the logits divided twice)."""
+    keep = learner_nucleus()(logits, top_p, temperature) > 0
+    return torch.softmax((logits / temperature ** 2).masked_fill(~keep, -math.inf), dim=-1)
+
+
+NUCLEUS_WRONG = [
+    (learner_nucleus(rule="shift>p"), "a nucleus that reaches p exactly stops there: cumulative >= p"),
+    (learner_nucleus(rule="cum<=p"), "Yours even kept no token at all when the top token's probability exceeds"),
+    (learner_nucleus(rule="cum<=p+top"), "yours keeps only those whose cumulative sum is <= top_p"),
+    (learner_nucleus(rule="cum<p"), "some rows came out NaN: the nucleus was empty"),
+    (learner_nucleus(descending=False), "your nucleus holds the LEAST likely tokens"),
+    (learner_nucleus(renormalise=False), "the kept probabilities are not renormalised"),
+    (learner_nucleus(renormalise=False, temperature_at="never"), "each row must sum to 1 over the nucleus"),
+    (learner_nucleus(temperature_at="end"), "temperature comes first"),
+    (learner_nucleus(temperature_at="never"), "the temperature argument is ignored"),
+    (learner_nucleus(temperature_at="times"), "you multiplied the logits by temperature"),
+    (learner_nucleus(cumulate="logits"), "you added up the logits"),
+    (learner_nucleus(cumulate="vocab"), "your cumulative sum runs in vocabulary order"),
+    (learner_nucleus(back="none"), "your output is in sorted order"),
+    (learner_nucleus(back="gather"), "you un-sorted with gather(-1, order)"),
+    (learner_nucleus(output="logits"), "Return probabilities: softmax of the filtered logits."),
+    (learner_nucleus(output="log_probs"), "Return probabilities: softmax of the filtered logits."),
+    (learner_nucleus(output="float_mask"), "you returned the nucleus mask (1 inside, 0 outside)"),
+    (learner_nucleus(output="mask"), "returned dtype torch.bool; expected torch.float64"),
+    (learner_nucleus(softmax_dim=0), "a softmax over dim=0 normalises across the rows of the batch"),
+    (learner_nucleus(dtype=torch.float32), "returned torch.float32 for torch.float64 inputs"),
+    (nucleus_float32_inside, "computed in float32 and cast back"),
+    (nucleus_in_place, "changed its input `logits` in place (its output is right)"),
+    (nucleus_no_default, "temperature has a default"),
+    (nucleus_sort_attribute, "torch.sort returns a pair (values, indices), not a tensor: unpack it"),
+    (nucleus_sort_passed_on, "you passed the result of torch.sort on as a tensor"),
+    (nucleus_float_index, "scatter and gather take an integer index (torch.long)"),
+    (nucleus_scatter_bool_into_float, "scatter writes src into a tensor of its own dtype"),
+    (nucleus_float_mask_fill, "masked_fill needs a torch.bool mask"),
+    (nucleus_two_sizes, "do not unpack logits.shape into two sizes"),
+    (nucleus_dim_1, "logits may be 1-D, of shape (V,), where dim=1 does not exist"),
+    (nucleus_cumsum_without_dim, "torch.cumsum needs the axis to add along"),
+    (nucleus_above_threshold, "for logits of shape (2, 5), top_p = 0.7, temperature = 1 (row 1 of 2) you kept 1 "
+                              "token; the nucleus holds 3. Hint: divide the logits by temperature"),
+    (nucleus_temperature_squared, "wrong values. Hint: divide the logits by temperature, take the softmax"),
+    (lambda logits, top_p, temperature=1.0: learner_nucleus()(logits, top_p, temperature)[..., :-1],
+     "output shape (2, 4), expected (2, 5) for logits of shape (2, 5), top_p = 0.7, temperature = 1.0."),
+    (lambda logits, top_p, temperature=1.0: (learner_nucleus()(logits, top_p, temperature), top_p),
+     "return only the (..., V) float64 probabilities"),
+    (lambda logits, top_p, temperature=1.0: learner_nucleus()(logits, top_p, temperature).numpy(),
+     "returned a numpy.ndarray of shape (2, 5); return a torch.Tensor"),
+    (lambda logits, top_p, temperature=1.0: None, "did you forget the `return` line?"),
+]
+
+
+# --------------------------------------------------------------------------- 5.2, as learners write it
+
+
+def learner_count(*, positions=True, tokens=True, head="untied", head_bias=False, linear_biases=True,
+                  norm_biases=True, block_norms=2, final_norm=True, w_o=True, hidden=4, blocks="n_layer",
+                  as_float=False):
+    """A learner's count, one parameter tensor at a time, with the slip chosen by the keywords.
+
+    head: "untied" (right: its own matrix only when untied), "always", "never". head_bias: False
+    (right), True (a head bias of vocab_size numbers always) or "untied" (only with its own matrix).
+    """
+    def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+        d, f = d_model, hidden * d_model
+        shapes = []
+        projections = 4 if w_o else 3
+        shapes += [(d, d)] * projections + ([(d,)] * projections if linear_biases else [])
+        shapes += [(d, f), (f, d)] + ([(f,), (d,)] if linear_biases else [])
+        shapes += [(d,), (d,)] * block_norms if norm_biases else [(d,)] * block_norms
+        per_block = sum(math.prod(s) for s in shapes)
+        total = per_block * (n_layer if blocks == "n_layer" else 1)
+        if final_norm:
+            total += 2 * d if norm_biases else d
+        total += vocab_size * d if tokens else 0
+        total += block_size * d if positions else 0
+        if head == "always" or (head == "untied" and not tie_weights):
+            total += d * vocab_size
+        total += vocab_size if head_bias is True or (head_bias == "untied" and not tie_weights) else 0
+        return total / 1 if as_float else total
+    return gpt_params
+
+
+def params_numpy(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    """The count as a NumPy integer (right)."""
+    d = np.int64(d_model)
+    block = 12 * d * d + 13 * d
+    return (vocab_size + block_size) * d + n_layer * block + 2 * d + (0 if tie_weights else vocab_size * d)
+
+
+def params_0d_tensor(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    return torch.tensor(learner_count()(vocab_size, block_size, n_layer, d_model, tie_weights))
+
+
+def params_no_default(vocab_size, block_size, n_layer, d_model, tie_weights):
+    return learner_count()(vocab_size, block_size, n_layer, d_model, tie_weights)
+
+
+def params_kaplan(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    return 12 * n_layer * d_model ** 2
+
+
+def params_weights_only(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    """12·L·d² plus the embeddings and the untied head: the weight matrices and tables alone."""
+    head = 0 if tie_weights else vocab_size * d_model
+    return 12 * n_layer * d_model ** 2 + (vocab_size + block_size) * d_model + head
+
+
+PARAMS_WRONG = [
+    (params_kaplan, "12·n_layer·d_model² is Kaplan et al.'s estimate"),
+    (learner_count(positions=False), "the position embeddings are missing"),
+    (learner_count(tokens=False), "the token embedding is missing"),
+    (learner_count(head="always"), "you counted the LM head although it is tied"),
+    (learner_count(head="never"), "the LM head is missing in the untied model"),
+    (learner_count(head_bias=True), "the LM head has no bias"),
+    (learner_count(head_bias="untied"), "your untied LM head has a bias"),   # "biases in every linear layer"
+    (learner_count(linear_biases=False), "the biases are missing: in each block"),
+    (learner_count(block_norms=0, final_norm=False), "the layer norms are missing"),
+    (learner_count(final_norm=False), "the final layer norm is missing"),
+    (learner_count(norm_biases=False), "each layer norm has a gain AND a bias"),
+    (learner_count(w_o=False), "the output projection W_O (d_model², and its bias) is missing"),
+    (learner_count(hidden=1), "the feed-forward network's hidden width is d_ff = 4·d_model"),
+    (learner_count(blocks="one"), "you counted one block: the GPT stacks n_layer of them"),
+    (learner_count(as_float=True), "the count is right but it is a float: return an int"),
+    (lambda *a: float(params_kaplan(*a)), "12·n_layer·d_model² is Kaplan et al.'s estimate"),
+    (learner_count(positions=False, final_norm=False),
+     "wrong count: two slips. Hint: the position embeddings are missing: a table of block_size × d_model learned "
+     "vectors, one per position. And the final layer norm is missing"),
+    (learner_count(linear_biases=False, norm_biases=False),
+     "wrong count: two slips. Hint: the biases are missing: in each block the four projections have d_model each, "
+     "the FFN's b_1 has 4·d_model and b_2 d_model. And each layer norm has a gain AND a bias"),
+    (learner_count(w_o=False, positions=False), "wrong count: two slips. Hint: the position embeddings are missing"),
+    (params_weights_only,                               # no biases, no layer norms
+     "wrong count: two slips. Hint: the biases are missing: in each block the four projections have d_model each, "
+     "the FFN's b_1 has 4·d_model and b_2 d_model. And the layer norms are missing"),
+    (lambda *a: learner_count()(*a) + 1, "for vocab_size = 50257, block_size = 1024, n_layer = 12, d_model = 768, "
+                                         "tie_weights = True you counted 124,439,809; the GPT has 124,439,808 (1 "
+                                         "too many). Hint: list every parameter tensor with its shape"),
+    (params_no_default, "tie_weights has a default"),
+    (lambda *a: str(learner_count()(*a)), "returned a str; return the parameter count, an int"),
+    (lambda *a: (learner_count()(*a), 0), "returned a tuple of 2 items; return the parameter count, an int"),
+    (lambda *a: None, "returned None; return the parameter count, an int"),
+]
+
+WRONG = [("nucleus_probs", fn, phrase) for fn, phrase in NUCLEUS_WRONG] + \
+        [("gpt_params", fn, phrase) for fn, phrase in PARAMS_WRONG]
+
+
+# What a check must refuse without raising: the odd answers of every chapter, and this chapter's own.
+BAD = {
+    **exercise_suite.odd_answers((2, 5)),
+    "nested-list": lambda *a: [[0.5, 0.5, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]],
+    "wrong-shape": lambda *a: torch.zeros(1, dtype=F64),
+    "inf": lambda *a: torch.full((2, 5), math.inf, dtype=F64),
+    "minus-inf": lambda *a: torch.full((2, 5), -math.inf, dtype=F64),
+    "zeros": lambda *a: torch.zeros(2, 5, dtype=F64),
+    "uniform": lambda *a: torch.full((2, 5), 0.2, dtype=F64),
+    "meta": lambda *a: torch.empty(2, 5, dtype=F64, device="meta"),
+    "int-tensor": lambda *a: torch.zeros(2, 5, dtype=torch.int64),
+    "float": lambda *a: 7.5,
+    "nan-float": lambda *a: math.nan,
+    "inf-float": lambda *a: math.inf,
+    "numpy-float": lambda *a: np.float64(1.0),
+    "huge": lambda *a: torch.full((2, 5), 1e308, dtype=F64),
+}
+
+
+# --------------------------------------------------------------------------- the generic tests
+
+# Written once, in tests/exercise_suite.py (its docstring says what each checks); chapter 5 runs these.
+globals().update(
+    # test_solution_passes, test_solution_passes_for_every_seed, test_solution_code_fits_the_page (79 columns),
+    # test_stub_is_not_implemented
+    SUITE.solution_tests(page_width=79)
+    # test_the_chapter_has_a_cell_for_every_checked_exercise, test_chapter_solution_passes_for_every_seed
+    | SUITE.notebook_tests()
+    # test_every_registered_mistake_is_caught_by_its_own_hint,
+    # test_the_cases_tell_every_mistake_from_the_reference_and_the_others (apart by more than 1e-3 somewhere, so a
+    # learner's version of a slip is never taken for another)
+    | SUITE.registered_mistake_tests(apart_by=1e-3)
+    # the fixture wrong_verdicts; test_wrong_answer_gets_its_hint_whatever_the_seed (each answer of WRONG),
+    # test_every_registered_hint_is_earned_by_a_wrong_answer, test_wrong_answers_get_different_verdicts
+    | SUITE.wrong_answer_tests(WRONG)
+    # test_any_wrong_answer_fails_without_raising (each answer of BAD), test_another_device_is_named,
+    # test_the_diagnoses_never_raise
+    | SUITE.odd_answer_tests(BAD) | SUITE.meta_device_tests() | SUITE.diagnosis_tests()
+    # test_seed_changes_the_inputs, test_cases_travel_to_the_sandbox_and_back (these answers too)
+    | SUITE.case_tests()
+    | SUITE.travel_tests([BAD["tuple"], BAD["meta"], BAD["ndarray"], BAD["float"], learner_nucleus(back="none"),
+                          learner_count(positions=False)])
+    # test_every_hint_is_written_once
+    | SUITE.hint_tests()
+)
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_chapter_five_registry():
+    SUITE.assert_registry(numbers=["5.1", "5.2"])
+    assert checks.EXERCISES["nucleus_probs"].args == ("logits", "top_p", "temperature")
+    assert checks.EXERCISES["gpt_params"].args == ("vocab_size", "block_size", "n_layer", "d_model", "tie_weights")
+
+
+def test_the_library_answers_name_functions():
+    for name in ALL:
+        keys = engine.library_answer_keys(checks.EXERCISES[name])
+        named = {dotted for *_, dotted in keys["code"]}
+        assert all(any(n == a or n.startswith(a + ".") for n in named) for a in checks.EXERCISES[name].library_answers)
+    assert "tinyformer.model.GPT.__init__" in {d for *_, d in engine.library_answer_keys(
+        checks.EXERCISES["gpt_params"])["code"]}
+
+
+# --------------------------------------------------------------------------- solutions and stubs
+
+
+def test_a_nucleus_that_calls_an_unfinished_exercise_is_told_so(capsys):
+    def nucleus_probs(logits, top_p, temperature=1.0):
+        raise NotImplementedError("gpt_params is not implemented yet")
+
+    exercise_suite.assert_it_calls_an_unfinished(checks.check_nucleus_probs(nucleus_probs), "gpt_params", "5.2")
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- learners' wrong answers
+
+
+def test_the_nucleus_that_reaches_p_exactly_is_named_on_the_dyadic_case(wrong_verdicts):
+    """The classic filter (cumulative > p, shifted right) is right but on the exact case, where it keeps a
+    third token: it is told that a nucleus reaching p stops there."""
+    k = next(i for i, (_, fn, phrase) in enumerate(WRONG) if phrase.startswith("a nucleus that reaches p"))
+    ex = checks.EXERCISES["nucleus_probs"]
+    cases = checks.cases_for(ex, 0)
+    outs = checks.run_cases(WRONG[k][1], cases).outputs
+    wrong = [i for i, (c, o) in enumerate(zip(cases, outs)) if not torch.allclose(o, ex.reference(*c))]
+    assert wrong == [2] and int((outs[2] != 0).sum()) == 3
+    assert wrong_verdicts[k][0].message.endswith(f"Hint: {ch05.NUCLEUS_EXACT}")
+
+
+def test_nearly_right_fails(capsys):
+    exercise_suite.assert_nearly_right_fails("nucleus_probs", solution("nucleus_probs"))
+    capsys.readouterr()
+
+
+def test_the_count_is_judged_exactly_and_as_an_int(capsys):
+    right = solution("gpt_params")
+    assert checks.check_gpt_params(lambda *a: np.int64(right(*a)))
+    assert checks.check_gpt_params(lambda *a: torch.tensor(right(*a)))
+    for wrong in (lambda *a: right(*a) + 1, lambda *a: right(*a) - 1, lambda *a: float(right(*a)),
+                  lambda *a: torch.tensor(float(right(*a))), lambda *a: right(*a) > 0):
+        verdict = checks.check_gpt_params(wrong)
+        assert not verdict and verdict.status == checks.FAIL, verdict.message
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- other right answers pass
+
+
+@pytest.mark.parametrize("right", [learner_nucleus(), nucleus_hugging_face, nucleus_python, nucleus_by_top_k,
+                                   nucleus_inverse_permutation,
+                                   lambda logits, top_p, temperature=1.0: sampling.next_token_distribution(
+                                       logits, temperature, top_p=top_p)])
+def test_other_right_nuclei_pass(right):
+    for seed in SEEDS:
+        verdict = verdict_for("nucleus_probs", right, seed)
+        assert verdict.passed, (seed, verdict.message)
+
+
+@pytest.mark.parametrize("right", [learner_count(), params_numpy, params_0d_tensor,
+                                   lambda V, T, L, d, tie_weights=True: int(ch05.gpt_param_count(GPTConfig(
+                                       vocab_size=V, block_size=T, n_layer=L, n_head=1, d_model=d,
+                                       tie_weights=tie_weights)))])
+def test_other_right_counts_pass(right):
+    for seed in SEEDS:
+        verdict = verdict_for("gpt_params", right, seed)
+        assert verdict.passed, (seed, verdict.message)
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def kept(probs: torch.Tensor) -> list[int]:
+    return (probs != 0).sum(dim=-1).reshape(-1).tolist()
+
+
+def test_the_nucleus_cases_are_built_to_expose_the_mistakes():
+    ex = checks.EXERCISES["nucleus_probs"]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        dims = [c[0].dim() for c in cases]
+        assert dims[0] == 2 and 1 in dims and dims.count(3) == 1
+        temperatures = [c[2] if len(c) == 3 else 1.0 for c in cases]
+        assert {0.5, 1.0, 2.0} <= set(temperatures) and any(len(c) == 2 for c in cases)
+        assert any(c[1] == 1.0 for c in cases)
+        assert all(0 < c[1] <= 1 and isinstance(c[1], float) for c in cases)
+        assert all(t > 0 and isinstance(t, float) for t in temperatures)
+        refs = [ex.reference(*c) for c in cases]
+        assert any(set(kept(r)) == {1} for r in refs)                           # the top token alone
+        assert any(all(k == c[0].shape[-1] for k in kept(r)) for c, r in zip(cases, refs))   # top_p = 1: all
+        for c, r in zip(cases, refs):                                           # in vocabulary order, not sorted
+            rows = c[0].reshape(-1, c[0].shape[-1])
+            assert not all(bool((row[:-1] >= row[1:]).all()) for row in rows)
+            torch.testing.assert_close(r.sum(dim=-1), torch.ones(r.shape[:-1], dtype=F64), rtol=0, atol=1e-12)
+        # temperature changes the size of the nucleus (so applying it after the filter is caught)
+        for c in cases:
+            if len(c) == 3 and c[2] in (0.5, 2.0):
+                assert kept(ex.reference(*c)) != kept(ex.reference(c[0], c[1], 1.0)), c
+        # the crossing token matters: the nucleus is larger than the tokens whose cumulative sum is <= p
+        first = ex.reference(*cases[0])
+        assert kept(first) == [2, 3]
+        assert kept(ex.reference(*cases[1])) == [2] and cases[1][0].dim() == 1
+
+
+def test_the_random_cases_are_clear_of_the_boundary():
+    """Every cumulative sum is > 1e-6 away from top_p but in the one exact case, built to reach it."""
+    ex = checks.EXERCISES["nucleus_probs"]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        for i, c in enumerate(cases):
+            logits, top_p, *rest = c
+            clear = ch05.clear_of_the_boundary(logits, top_p, *rest)
+            assert clear == (i != 2), (seed, i)
+            flat = logits.reshape(-1, logits.shape[-1])
+            t = rest[0] if rest else 1.0
+            for row in flat:
+                p = sorted((row / t).softmax(-1).tolist(), reverse=True)
+                sums = [sum(p[:k + 1]) for k in range(len(p) - 1)]      # a whole row sums to 1
+                assert i == 2 or all(abs(s - top_p) > 1e-6 for s in sums)
+
+
+def test_the_dyadic_case_is_exact():
+    logits, top_p, temperature = checks.cases_for(checks.EXERCISES["nucleus_probs"], 3)[2]
+    probs = torch.softmax(logits / temperature, dim=-1)
+    assert probs.tolist() == [0.125, 0.5, 0.125, 0.25] and top_p == 0.75
+    assert ch05.nucleus_probs_reference(logits, top_p, temperature).tolist() == [0.0, 2 / 3, 0.0, 1 / 3]
+
+
+def test_the_count_cases():
+    ex = checks.EXERCISES["gpt_params"]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        assert cases[0] == (50257, 1024, 12, 768, True)
+        assert any(len(c) == 4 for c in cases)                                  # tie_weights by default
+        ties = [c[4] if len(c) == 5 else True for c in cases]
+        assert True in ties and False in ties
+        assert any(c[2] == 1 for c in cases) and any(c[2] > 1 for c in cases)
+        assert all(type(x) is int for c in cases for x in c[:4]) and all(type(t) is bool for t in ties)
+        assert all(c[0] != c[1] for c in cases)
+
+
+# --------------------------------------------------------------------------- the grader's honesty flags
+
+
+def _harvest(name: str, fn, seed: int = 0):
+    ex = checks.EXERCISES[name]
+    cases = checks.cases_for(ex, seed)
+    rec = _nbrun.judge_function(fn, cases, engine.library_answer_keys(ex), 30, engine)
+    verdict = checks.judge(ex, cases, checks.Outcome(outputs=rec["outputs"], error=rec["error"] and
+                                                     tuple(rec["error"]), mutated=rec["mutated"]))
+    return rec, verdict
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_honest_solutions_are_not_flagged(name):
+    rec, verdict = _harvest(name, solution(name))
+    assert rec["flags"] == [] and rec["tampering"] == [], rec["flags"]
+    assert verdict.status == checks.PASS, verdict.message
+
+
+LIBRARY_ANSWERS = [
+    ("nucleus_probs", """
+        from tinyformer.sampling import next_token_distribution as dist
+
+        def nucleus_probs(logits, top_p, temperature=1.0):
+            return dist(logits, temperature, top_p=top_p)
+        """, "tinyformer.sampling.next_token_distribution"),
+    ("nucleus_probs", """
+        import torch
+        from tinyformer import sampling
+
+        def nucleus_probs(logits, top_p, temperature=1.0):
+            return torch.softmax(sampling.top_p_filter(logits / temperature, top_p), dim=-1)
+        """, "tinyformer.sampling.top_p_filter"),
+    ("gpt_params", """
+        import torch
+        from tinyformer.model import GPT, GPTConfig
+
+        def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+            config = GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=1,
+                               d_model=d_model, tie_weights=tie_weights)
+            with torch.device("meta"):
+                model = GPT(config)
+            return sum(p.numel() for p in model.parameters())
+        """, "tinyformer.model.GPT.__init__"),
+    ("gpt_params", """
+        from tinyformer.blocks import block_param_count
+
+        def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+            d = d_model
+            head = 0 if tie_weights else vocab_size * d
+            return (vocab_size + block_size) * d + n_layer * block_param_count(d) + 2 * d + head
+        """, "tinyformer.blocks.block_param_count"),
+]
+
+
+@pytest.mark.parametrize("k", range(len(LIBRARY_ANSWERS)), ids=[f"{n}-{c}" for n, _, c in LIBRARY_ANSWERS])
+def test_the_library_answer_is_flagged(k):
+    name, source, caught = LIBRARY_ANSWERS[k]
+    rec, verdict = _harvest(name, define(textwrap.dedent(source), checks.EXERCISES[name].function))
+    assert caught in rec["flags"], rec["flags"]
+    assert verdict.status == checks.PASS          # its outputs are right: the flag alone takes the credit
+
+
+# --------------------------------------------------------------------------- the grader, end to end
+
+
+def test_the_grader_judges_chapter_five_in_its_sandbox(tmp_path):
+    ascending = SOLUTIONS["nucleus_probs"].replace("key=lambda i: -p[i]", "key=lambda i: p[i]")
+    assert ascending != SOLUTIONS["nucleus_probs"]
+    rows = SUITE.graded(tmp_path, {"nucleus_probs": ascending, "gpt_params": SOLUTIONS["gpt_params"]})
+    assert list(rows) == CHAPTER
+    assert rows["nucleus_probs"][0] == checks.FAIL and "LEAST likely tokens" in rows["nucleus_probs"][1], rows
+    assert rows["gpt_params"][0] == checks.PASS, rows
+
+
+# --------------------------------------------------------------------------- the references
+
+
+def brute_force_nucleus(row: list[float], top_p: float, temperature: float) -> list[float]:
+    """One row, in Python floats: the fewest most likely tokens (lowest index first among equals) whose
+    probability reaches top_p, renormalised; zero elsewhere."""
+    z = [v / temperature for v in row]
+    e = [math.exp(v - max(z)) for v in z]
+    p = [v / sum(e) for v in e]
+    ranked = sorted(range(len(p)), key=lambda i: (-p[i], i))
+    for size in range(1, len(p) + 1):
+        if math.fsum(p[i] for i in ranked[:size]) >= top_p - 1e-12 or size == len(p):
+            break
+    inside = set(ranked[:size])
+    total = math.fsum(p[i] for i in inside)
+    return [p[i] / total if i in inside else 0.0 for i in range(len(p))]
+
+
+def test_nucleus_reference_is_the_brute_force_nucleus():
+    ex = checks.EXERCISES["nucleus_probs"]
+    for seed in SEEDS:
+        for case in checks.cases_for(ex, seed):
+            logits, top_p, *rest = case
+            temperature = rest[0] if rest else 1.0
+            ref = ch05.nucleus_probs_reference(*case)
+            assert ref.dtype == F64 and ref.shape == logits.shape
+            rows = logits.reshape(-1, logits.shape[-1]).tolist()
+            expected = torch.tensor([brute_force_nucleus(r, top_p, temperature) for r in rows], dtype=F64)
+            torch.testing.assert_close(ref.reshape(expected.shape), expected, rtol=1e-12, atol=1e-14)
+
+
+def test_nucleus_reference_handles_any_leading_axes():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 7, generator=g, dtype=F64)
+    ref = ch05.nucleus_probs_reference(x, 0.8, 1.3)
+    assert torch.equal(ref.reshape(-1, 7), ch05.nucleus_probs_reference(x.reshape(-1, 7), 0.8, 1.3))
+    assert torch.equal(ref[1, 2, 3], ch05.nucleus_probs_reference(x[1, 2, 3], 0.8, 1.3))
+
+
+def test_nucleus_reference_at_the_edges():
+    x = torch.tensor([[2.0, 0.5, -1.0, 1.0]], dtype=F64)
+    torch.testing.assert_close(ch05.nucleus_probs_reference(x, 1.0), torch.softmax(x, dim=-1))
+    assert kept(ch05.nucleus_probs_reference(x, 1e-9)) == [1]
+    assert ch05.nucleus_probs_reference(x, 1e-9)[0, 0] == 1.0
+
+
+@pytest.mark.parametrize("config", [
+    dict(vocab_size=65, block_size=32, n_layer=4, d_model=48, tie_weights=False),
+    dict(vocab_size=65, block_size=32, n_layer=4, d_model=48, tie_weights=True),
+    dict(vocab_size=10, block_size=8, n_layer=1, d_model=4, tie_weights=True),
+    dict(vocab_size=300, block_size=20, n_layer=3, d_model=24, tie_weights=False),
+])
+def test_count_reference_is_what_the_model_holds(config):
+    model = GPT(GPTConfig(n_head=1, **config))
+    unique = {id(p): p for p in model.parameters()}
+    expected = sum(p.numel() for p in unique.values())
+    assert ch05.gpt_params_reference(**config) == expected == solution("gpt_params")(**config)
+
+
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_count_reference_is_gpt2_small_on_the_meta_device(tie_weights):
+    with torch.device("meta"):
+        model = GPT(GPTConfig.gpt2(tie_weights=tie_weights))
+    expected = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    got = ch05.gpt_params_reference(50257, 1024, 12, 768, tie_weights)
+    assert got == expected == GPT2_SMALL + (0 if tie_weights else 50257 * 768)
+    assert type(got) is int
+
+
