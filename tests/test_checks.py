@@ -329,3 +329,11 @@ def test_a_numeric_ndarray_ships_its_values():
     shipped = torch.load(buf, weights_only=True)
     assert engine.describe(shipped) == "a numpy.ndarray of shape (2, 3)"
     assert torch.equal(shipped["values"], torch.arange(6.0, dtype=torch.float64).reshape(2, 3))
+
+
+@pytest.mark.parametrize("name", ["block_params", "gpt_params"])
+def test_an_integer_too_large_for_a_float_is_judged_wrong_not_unjudgeable(name, capsys):
+    """math.isclose overflows on ints past 1e308: such an answer must still get a verdict."""
+    v = getattr(checks, f"check_{name}")(lambda *args, **kwargs: 10 ** 400)
+    assert v.status == checks.FAIL, v.message
+    assert "could not judge" not in capsys.readouterr().out

@@ -6,10 +6,13 @@ those this chapter runs.
 
 The solutions and wrong answers below are written independently of ``tinyformer.course.ch05``: the
 nucleus with NumPy and Python loops (sorted(), math.exp), Hugging Face's ascending-sort filter, and
-torch in float32 where a learner's code would be; the parameter count by arithmetic. The references
-are checked against a brute-force nucleus (Python floats, sorted by hand) and against the sizes of
-the parameters of GPT(config) itself, GPT-2 small built on the meta device. The chapter notebook
-(book/05-gpt.ipynb) is optional here: the tests that read it are skipped while it does not exist.
+torch in float32 where a learner's code would be; the parameter count by arithmetic; the decoding
+loop into a preallocated output, and as learners write it with torch.cat. The references are
+checked against a brute-force nucleus (Python floats, sorted by hand), against the sizes of the
+parameters of GPT(config) itself, GPT-2 small built on the meta device, and (5.6) against a loop
+written here, with a count of its torch.multinomial calls: one per step, on the (B, V) float32
+probabilities, with the generator it was given. The chapter notebook (book/05-gpt.ipynb) is
+optional here: the tests that read it are skipped while it does not exist.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tinyformer.model import GPT, GPTConfig
 
 from conftest import BOOK, define
 
-CHAPTER = ["nucleus_probs", "gpt_params"]
+CHAPTER = ["nucleus_probs", "gpt_params", "sample_tokens"]
 DRILLS: list[str] = []
 ALL = CHAPTER + DRILLS
 NOTEBOOK = BOOK / "05-gpt.ipynb"
@@ -81,6 +84,29 @@ def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
     if not tie_weights:
         total += d * vocab_size           # the LM head's own matrix
     return total
+    # END SOLUTION
+''',
+    "sample_tokens": '''\
+import torch
+import torch.nn.functional as F
+
+
+def sample_tokens(model, idx, max_new_tokens, temperature=1.0,
+                  generator=None):
+    """The prompt idx (B, T) followed by max_new_tokens tokens, each drawn
+    from the model's next-token distribution given the tokens before."""
+    # BEGIN SOLUTION
+    B, T = idx.shape
+    window = model.config.block_size
+    out = torch.empty(B, T + max_new_tokens, dtype=idx.dtype)
+    out[:, :T] = idx
+    with torch.no_grad():
+        for t in range(T, T + max_new_tokens):
+            context = out[:, max(0, t - window):t]    # the newest tokens
+            last = model(context)[:, -1]              # (B, V)
+            probs = F.softmax(last / temperature, dim=-1)
+            out[:, t:t + 1] = torch.multinomial(probs, 1, generator=generator)
+    return out
     # END SOLUTION
 ''',
 }
@@ -433,8 +459,139 @@ PARAMS_WRONG = [
     (lambda *a: None, "returned None; return the parameter count, an int"),
 ]
 
+
+# --------------------------------------------------------------------------- 5.6, as learners write it
+
+
+def learner_sampler(*, crop="last", logits_at=-1, keepdim=False, temperature_op="divide", normalise="softmax",
+                    softmax_dim=-1, pick="multinomial", use_generator=True, squeeze=False, as_float=False,
+                    cat_dim=1, prepend=False, returned="all", block_size_from="config", steps="all"):
+    """A learner's decoding loop with torch.cat, the slip chosen by the keywords.
+
+    crop: "last" (right), "none", "first" (the first block_size tokens), "token" (the last token alone).
+    logits_at: the position read. keepdim: read logits[:, -1:] (B, 1, V). temperature_op: "divide"
+    (right), "multiply", "ignore", "divide-probs" (the probabilities divided after the softmax).
+    normalise: "softmax" (right), "none" (the logits themselves), "log" (log_softmax), "float64" (the
+    softmax in float64: right). pick: "multinomial" (right), "argmax", "per-row" (one multinomial per row:
+    right). use_generator: False draws from the global generator. squeeze: the new tokens as (B,).
+    as_float: the new tokens appended as floats. cat_dim: the axis appended along. prepend: the new tokens
+    put in front. returned: "all" (right) or "new". block_size_from: "config" (right) or "model"
+    (model.block_size). steps: "all" (right) or "one-less".
+    """
+    def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+        block_size = model.config.block_size if block_size_from == "config" else model.block_size
+        prompt_len = idx.shape[1]
+        for _ in range(max_new_tokens if steps == "all" else max_new_tokens - 1):
+            if crop == "last":
+                context = idx[:, -block_size:]
+            elif crop == "first":
+                context = idx[:, :block_size]
+            elif crop == "token":
+                context = idx[:, -1:]
+            else:
+                context = idx
+            logits = model(context)
+            logits = logits[:, -1:, :] if keepdim else logits[:, logits_at, :]
+            if temperature_op == "divide":
+                logits = logits / temperature
+            elif temperature_op == "multiply":
+                logits = logits * temperature
+            if normalise == "softmax":
+                probs = F.softmax(logits, dim=softmax_dim)
+            elif normalise == "float64":
+                probs = F.softmax(logits.double(), dim=softmax_dim)
+            elif normalise == "log":
+                probs = F.log_softmax(logits, dim=softmax_dim)
+            else:
+                probs = logits
+            if temperature_op == "divide-probs":
+                probs = probs / temperature
+            gen = generator if use_generator else None
+            if pick == "argmax":
+                next_id = probs.argmax(dim=-1, keepdim=True)
+            elif pick == "per-row":
+                next_id = torch.stack([torch.multinomial(row, 1, generator=gen) for row in probs])
+            else:
+                next_id = torch.multinomial(probs, num_samples=1, generator=gen)
+            if squeeze:
+                next_id = next_id.squeeze(-1)
+            if as_float:
+                next_id = next_id.float()
+            idx = torch.cat((next_id, idx) if prepend else (idx, next_id), dim=cat_dim)
+        return idx if returned == "all" else idx[:, prompt_len:]
+    return sample_tokens
+
+
+def sample_into_float_buffer(model, idx, max_new_tokens, temperature=1.0, generator=None):
+    """Right tokens, written into a float32 buffer (torch.zeros' default dtype) and returned so."""
+    B, T = idx.shape
+    out = torch.zeros(B, T + max_new_tokens)
+    out[:, :T] = idx
+    for t in range(T, T + max_new_tokens):
+        logits = model(out[:, max(0, t - model.config.block_size):t].long())[:, -1, :]
+        out[:, t] = torch.multinomial(F.softmax(logits / temperature, dim=-1), 1, generator=generator)[:, 0]
+    return out
+
+
+def sample_own_generator(model, idx, max_new_tokens, temperature=1.0, generator=None):
+    """Reproducible, but from a generator of its own: valid tokens, not the seeded ones."""
+    own = torch.Generator().manual_seed(1234)
+    return learner_sampler()(model, idx, max_new_tokens, temperature, own)
+
+
+def sample_softmax_everywhere(model, idx, max_new_tokens, temperature=1.0, generator=None):
+    """The softmax over every position of (B, T, V), then the last row read (right)."""
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            probs = torch.softmax(model(idx[:, -model.config.block_size:]) / temperature, dim=-1)[:, -1, :]
+            idx = torch.cat([idx, probs.multinomial(1, generator=generator)], dim=-1)
+    return idx
+
+
+def sample_unnormalised(model, idx, max_new_tokens, temperature=1.0, generator=None):
+    """exp(logits / T) as torch.multinomial's weights, never normalised (right: it normalises them)."""
+    model.eval()
+    for _ in range(max_new_tokens):
+        z = model(idx[:, -model.config.block_size:])[:, -1, :] / temperature
+        weights = torch.exp(z - z.max(dim=-1, keepdim=True).values)
+        idx = torch.cat((idx, torch.multinomial(weights, 1, replacement=True, generator=generator)), dim=1)
+    return idx
+
+
+SAMPLE_WRONG = [
+    (learner_sampler(crop="none"), "crop the context to the LAST block_size tokens before each call"),
+    (learner_sampler(crop="first"), "you cropped to the FIRST block_size tokens"),
+    (learner_sampler(crop="token"), "you fed the model the last token alone"),
+    (learner_sampler(logits_at=0), "you read the logits of the FIRST position"),
+    (learner_sampler(keepdim=True), "torch.multinomial takes the (B, V) probabilities of the last position"),
+    (learner_sampler(normalise="none"), "torch.multinomial draws from probabilities (weights >= 0)"),
+    (learner_sampler(normalise="log"), "torch.multinomial draws from probabilities (weights >= 0)"),
+    (learner_sampler(temperature_op="multiply"), "the logits were multiplied by temperature"),
+    (learner_sampler(temperature_op="ignore"), "your tokens do not depend on temperature"),
+    (learner_sampler(temperature_op="divide-probs"), "your tokens do not depend on temperature"),
+    (learner_sampler(softmax_dim=0), "a softmax over dim=0 normalises across the rows of the batch"),
+    (learner_sampler(pick="argmax"), "you took the most likely token (greedy decoding)"),
+    (learner_sampler(use_generator=False), "two runs with the same seeded generator gave different tokens"),
+    (learner_sampler(squeeze=True), "torch.multinomial(probs, 1) gives the new tokens as (B, 1)"),
+    (learner_sampler(as_float=True), "token ids must stay integers (int64)"),
+    (learner_sampler(cat_dim=0), "the new tokens go at the end of each row, along the time axis"),
+    (learner_sampler(prepend=True), "your output does not start with the prompt"),
+    (learner_sampler(returned="new"), "you returned the new tokens alone"),
+    (learner_sampler(block_size_from="model"), "the context length is in the model's configuration"),
+    (learner_sampler(steps="one-less"), "output shape (3, 10), expected (3, 11) for model = a GPT, idx of shape "
+                                        "(3, 5), max_new_tokens = 6, temperature = 1.0, generator = a "
+                                        "torch.Generator."),
+    (sample_into_float_buffer, "returned dtype torch.float32; expected torch.int64, the dtype of the inputs"),
+    (sample_own_generator, "wrong values. Hint: each step: crop the context to the last block_size tokens"),
+    (lambda model, idx, *a: (learner_sampler()(model, idx, *a), idx),
+     "return only the (B, T + max_new_tokens) int64 token ids"),
+    (lambda *a: None, "did you forget the `return` line?"),
+]
+
+
 WRONG = [("nucleus_probs", fn, phrase) for fn, phrase in NUCLEUS_WRONG] + \
-        [("gpt_params", fn, phrase) for fn, phrase in PARAMS_WRONG]
+        [("gpt_params", fn, phrase) for fn, phrase in PARAMS_WRONG] + \
+        [("sample_tokens", fn, phrase) for fn, phrase in SAMPLE_WRONG]
 
 
 # What a check must refuse without raising: the odd answers of every chapter, and this chapter's own.
@@ -475,10 +632,12 @@ globals().update(
     # test_any_wrong_answer_fails_without_raising (each answer of BAD), test_another_device_is_named,
     # test_the_diagnoses_never_raise
     | SUITE.odd_answer_tests(BAD) | SUITE.meta_device_tests() | SUITE.diagnosis_tests()
-    # test_seed_changes_the_inputs, test_cases_travel_to_the_sandbox_and_back (these answers too)
-    | SUITE.case_tests()
+    # test_seed_changes_the_inputs (float64 tensors, and 5.6's int64 prompts: its models and generators are stored
+    # as seeds), test_cases_travel_to_the_sandbox_and_back (these answers too)
+    | SUITE.case_tests(dtypes=(torch.float64, torch.int64))
     | SUITE.travel_tests([BAD["tuple"], BAD["meta"], BAD["ndarray"], BAD["float"], learner_nucleus(back="none"),
-                          learner_count(positions=False)])
+                          learner_count(positions=False), learner_sampler(pick="argmax"),
+                          learner_sampler(use_generator=False)])
     # test_every_hint_is_written_once
     | SUITE.hint_tests()
 )
@@ -488,9 +647,10 @@ globals().update(
 
 
 def test_chapter_five_registry():
-    SUITE.assert_registry(numbers=["5.1", "5.2"])
+    SUITE.assert_registry(numbers=["5.1", "5.2", "5.6"])
     assert checks.EXERCISES["nucleus_probs"].args == ("logits", "top_p", "temperature")
     assert checks.EXERCISES["gpt_params"].args == ("vocab_size", "block_size", "n_layer", "d_model", "tie_weights")
+    assert checks.EXERCISES["sample_tokens"].args == ("model", "idx", "max_new_tokens", "temperature", "generator")
 
 
 def test_the_library_answers_name_functions():
@@ -567,6 +727,18 @@ def test_other_right_counts_pass(right):
         assert verdict.passed, (seed, verdict.message)
 
 
+@pytest.mark.parametrize("right", [learner_sampler(), learner_sampler(normalise="float64"),
+                                   learner_sampler(pick="per-row"), sample_softmax_everywhere, sample_unnormalised,
+                                   lambda model, idx, n, temperature=1.0, generator=None: sampling.generate(
+                                       model, idx, n, temperature=temperature, generator=generator)])
+def test_other_right_loops_pass(right):
+    """torch.multinomial(probs, 1) draws V exponentials per row and takes argmax(probs / draws): the same tokens
+    for probabilities in float64, for one call per row, and for weights that are not normalised."""
+    for seed in SEEDS:
+        verdict = verdict_for("sample_tokens", right, seed)
+        assert verdict.passed, (seed, verdict.message)
+
+
 # --------------------------------------------------------------------------- the cases
 
 
@@ -639,6 +811,41 @@ def test_the_count_cases():
         assert all(c[0] != c[1] for c in cases)
 
 
+def test_the_sampling_cases_are_built_to_expose_the_mistakes():
+    ex = checks.EXERCISES["sample_tokens"]
+    state = torch.get_rng_state()
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        built = [engine._clone(c) for c in cases]
+        for (model, idx, n, temperature, generator), case in zip(built, cases):
+            assert isinstance(model, GPT) and isinstance(generator, torch.Generator)
+            assert all(p.dtype == torch.float32 for p in model.parameters())
+            assert idx.dtype == torch.int64 and idx.dim() == 2 and type(n) is int and type(temperature) is float
+            assert 0 <= int(idx.min()) and int(idx.max()) < model.config.vocab_size
+            assert case[0]["config"]["block_size"] == model.config.block_size
+        shapes = [(c[1].shape[0], c[1].shape[1], c[2], c[0]["config"]["block_size"]) for c in cases]
+        assert {B for B, *_ in shapes} == {1, 3}
+        assert any(n == 0 for _, _, n, _ in shapes) and all(n > 0 for _, _, n, _ in shapes[:3])
+        assert {0.5, 1.0, 2.0} <= {c[3] for c in cases}
+        # cropping matters: some contexts outgrow the window (T + n - 1 > block_size), others never do
+        assert sum(T + n - 1 > bs for _, T, n, bs in shapes) >= 4 and any(T + n - 1 <= bs for _, T, n, bs in shapes)
+        assert len({bs for *_, bs in shapes}) == 2
+        # the first case raises at once for the slips that raise: no crop, raw logits, dim 0, float tokens
+        B, T, n, bs = shapes[0]
+        assert B > 1 and T > 1 and n > 1 and T + n - 1 > bs
+        model, idx = built[0][:2]
+        with torch.no_grad():
+            first_logits = model(idx)[:, -1, :]
+        assert bool((first_logits < 0).any(dim=-1).all())
+        # two identical cases (the same model, prompt and generator seed), each drawing 24 tokens at temperature 2
+        twins = [(i, j) for i in range(len(cases)) for j in range(i) if ch05._same_case(cases[i], cases[j])]
+        assert twins == [(len(cases) - 1, len(cases) - 2)]
+        assert cases[-1][1].shape[0] * cases[-1][2] >= 24 and cases[-1][3] == 2.0
+        # the logits are spread enough for temperature to matter
+        assert float(first_logits.std()) > 1.0
+    assert torch.equal(state, torch.get_rng_state())          # building the models drew nothing from it
+
+
 # --------------------------------------------------------------------------- the grader's honesty flags
 
 
@@ -691,6 +898,33 @@ LIBRARY_ANSWERS = [
             head = 0 if tie_weights else vocab_size * d
             return (vocab_size + block_size) * d + n_layer * block_param_count(d) + 2 * d + head
         """, "tinyformer.blocks.block_param_count"),
+    ("sample_tokens", """
+        from tinyformer.sampling import generate as decode
+
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+            return decode(model, idx, max_new_tokens, temperature=temperature, generator=generator)
+        """, "tinyformer.sampling.generate"),
+    ("sample_tokens", """
+        import torch
+        from tinyformer import sampling
+
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+            for _ in range(max_new_tokens):
+                logits = model(idx[:, -model.config.block_size:])[:, -1, :]
+                idx = torch.cat((idx, sampling.sample_next(logits, temperature, generator=generator)), dim=1)
+            return idx
+        """, "tinyformer.sampling.sample_next"),
+    ("sample_tokens", """
+        import torch
+        from tinyformer.sampling import next_token_distribution
+
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+            for _ in range(max_new_tokens):
+                logits = model(idx[:, -model.config.block_size:])[:, -1, :]
+                probs = next_token_distribution(logits, temperature)
+                idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
+            return idx
+        """, "tinyformer.sampling.next_token_distribution"),
 ]
 
 
@@ -702,16 +936,40 @@ def test_the_library_answer_is_flagged(k):
     assert verdict.status == checks.PASS          # its outputs are right: the flag alone takes the credit
 
 
+def test_the_library_greedy_is_flagged_and_named():
+    """tinyformer.sampling.greedy is a wrong answer (no sampling) that calls the library: flagged, and told."""
+    source = """
+        from tinyformer.sampling import greedy
+
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+            return greedy(model, idx, max_new_tokens)
+        """
+    rec, verdict = _harvest("sample_tokens", define(textwrap.dedent(source), "sample_tokens"))
+    assert "tinyformer.sampling.greedy" in rec["flags"], rec["flags"]
+    assert verdict.status == checks.FAIL and "you took the most likely token (greedy decoding)" in verdict.message
+
+
 # --------------------------------------------------------------------------- the grader, end to end
 
 
 def test_the_grader_judges_chapter_five_in_its_sandbox(tmp_path):
+    """The models and generators of 5.6 are built in the sandbox from the seeds the cases carry."""
     ascending = SOLUTIONS["nucleus_probs"].replace("key=lambda i: -p[i]", "key=lambda i: p[i]")
     assert ascending != SOLUTIONS["nucleus_probs"]
-    rows = SUITE.graded(tmp_path, {"nucleus_probs": ascending, "gpt_params": SOLUTIONS["gpt_params"]})
+    rows = SUITE.graded(tmp_path, {"nucleus_probs": ascending, "gpt_params": SOLUTIONS["gpt_params"],
+                                   "sample_tokens": SOLUTIONS["sample_tokens"]})
     assert list(rows) == CHAPTER
     assert rows["nucleus_probs"][0] == checks.FAIL and "LEAST likely tokens" in rows["nucleus_probs"][1], rows
     assert rows["gpt_params"][0] == checks.PASS, rows
+    assert rows["sample_tokens"][0] == checks.PASS, rows
+
+
+def test_the_grader_tells_a_loop_that_ignores_the_generator(tmp_path):
+    """In the sandbox's kernel too, the twin cases tell a loop that draws from the global generator."""
+    unseeded = SOLUTIONS["sample_tokens"].replace(", generator=generator)", ")")
+    assert unseeded != SOLUTIONS["sample_tokens"]
+    rows = SUITE.graded(tmp_path, {"sample_tokens": unseeded})
+    assert rows["sample_tokens"][0] == checks.FAIL and ch05.SAMPLE_GENERATOR in rows["sample_tokens"][1], rows
 
 
 # --------------------------------------------------------------------------- the references
@@ -783,3 +1041,79 @@ def test_count_reference_is_gpt2_small_on_the_meta_device(tie_weights):
     assert type(got) is int
 
 
+
+
+# --------------------------------------------------------------------------- 5.6's reference
+
+
+def hand_loop(model, idx, max_new_tokens, temperature, generator):
+    """The loop the exercise describes, one row at a time in Python where it can be."""
+    rows = [list(map(int, row)) for row in idx]
+    block_size = model.config.block_size
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            context = torch.tensor([row[-block_size:] for row in rows])
+            probs = F.softmax(model(context)[:, -1, :] / temperature, dim=-1)
+            for row, token in zip(rows, torch.multinomial(probs, 1, generator=generator).tolist()):
+                row.append(token[0])
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+def test_the_sampling_reference_is_the_hand_loop_and_draws_as_much():
+    """The same tokens from the same seed, and the generators end in the same state (as many draws)."""
+    ex = checks.EXERCISES["sample_tokens"]
+    for seed in SEEDS:
+        for case in checks.cases_for(ex, seed):
+            model, idx, n, temperature, generator = engine._clone(case)
+            _, _, _, _, mine = engine._clone(case)
+            ref = ch05.sample_tokens_reference(model, idx, n, temperature, generator)
+            expected = hand_loop(model, idx, n, temperature, mine)
+            assert ref.dtype == torch.int64 and ref.shape == (idx.shape[0], idx.shape[1] + n)
+            assert torch.equal(ref, expected) and torch.equal(ref[:, :idx.shape[1]], idx)
+            assert torch.equal(generator.get_state(), mine.get_state())
+
+
+def test_generate_draws_one_multinomial_per_step_on_the_float32_batch(monkeypatch):
+    """What the exercise tells the reader to do is what the library does: one torch.multinomial(probs, 1,
+    generator=generator) per step, on the (B, V) float32 probabilities softmax(logits / temperature)."""
+    calls = []
+    real = torch.multinomial
+
+    def spy(probs, num_samples, *args, **kwargs):
+        calls.append((tuple(probs.shape), probs.dtype, num_samples, args, kwargs.get("generator")))
+        return real(probs, num_samples, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", spy)
+    for case in checks.cases_for(checks.EXERCISES["sample_tokens"], 0):
+        model, idx, n, temperature, generator = engine._clone(case)
+        calls.clear()
+        ch05.sample_tokens_reference(model, idx, n, temperature, generator)
+        V = model.config.vocab_size
+        assert calls == [((idx.shape[0], V), torch.float32, 1, (), generator)] * n
+
+
+def test_the_sampling_reference_takes_a_case_as_stored():
+    case = checks.cases_for(checks.EXERCISES["sample_tokens"], 1)[0]
+    assert torch.equal(ch05.sample_tokens_reference(*case), ch05.sample_tokens_reference(*engine._clone(case)))
+
+
+def test_a_check_of_the_loop_leaves_the_global_random_state_alone(capsys):
+    state = torch.get_rng_state()
+    assert checks.check_sample_tokens(solution("sample_tokens"))
+    assert not checks.check_sample_tokens(learner_sampler(pick="argmax"))
+    capsys.readouterr()
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_multinomial_of_one_sample_is_an_argmax_over_exponential_draws():
+    """Why the learners' variants in test_other_right_loops_pass draw the reference's tokens: in this torch,
+    torch.multinomial(probs, 1, generator=g) is argmax(probs / E), E one Exp(1) draw per entry of (B, V), in
+    order, whatever the dtype or the scale of probs. If torch changes this, the exercise's wording ("one
+    torch.multinomial(probs, 1, generator=generator) per step") still matches generate; those variants may not."""
+    for seed in range(20):
+        probs = torch.softmax(2 * torch.randn(3, 11, generator=torch.Generator().manual_seed(100 + seed)), dim=-1)
+        g, h = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        drawn = torch.multinomial(probs, 1, generator=g)
+        exp = torch.empty(3, 11).exponential_(1, generator=h)
+        assert torch.equal(drawn, (probs / exp).argmax(dim=-1, keepdim=True))
+        assert torch.equal(g.get_state(), h.get_state())

@@ -77,3 +77,29 @@ def test_notebooks_graded_side_by_side_share_the_cores(tmp_path, monkeypatch):
     assert errors and all(e.endswith("RuntimeError: threads=1") for e in errors.values()), errors
     env = grade._sandbox_env(tmp_path, "token", threads=3, in_bwrap=True)
     assert env["TINYFORMER_NUM_THREADS"] == env["OMP_NUM_THREADS"] == "3" and env["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_an_environment_under_tmp_stays_visible_in_the_sandbox(tmp_path, monkeypatch):
+    """The sandbox's private /tmp must not hide the Python environment or the library when they
+    live under /tmp (a clone in /tmp/fresh with its .venv): the kernel could not start."""
+    import subprocess
+    import sys
+
+    box = grade.Sandbox("auto")
+    if not box.bwrap:
+        pytest.skip(f"no bubblewrap sandbox here: {box.describe()}")
+    env = tmp_path / "venv"          # tmp_path lies under /tmp
+    env.mkdir()
+    (env / "marker").write_text("the environment")
+    monkeypatch.setattr(sys, "prefix", str(env))
+    assert env in grade._runtime_paths()
+    private = tmp_path / "private"
+    private.mkdir()
+    shown = subprocess.run(box.command(private, private, ["cat", str(env / "marker")]),
+                           capture_output=True, text=True, timeout=60)
+    assert shown.stdout == "the environment", shown.stderr
+    hidden = tmp_path / "other"      # a folder under /tmp that is no environment stays hidden
+    hidden.mkdir()
+    (hidden / "secret").write_text("x")
+    assert subprocess.run(box.command(private, private, ["cat", str(hidden / "secret")]),
+                          capture_output=True, timeout=60).returncode != 0

@@ -15,12 +15,24 @@ return an int (NumPy integers and 0-d integer tensors are read as ints). Single 
 mistakes; a ``diagnose`` decomposes the difference from the answer into two slips when exactly
 one pair of unrelated slips explains it on every case.
 
+Exercise 5.6 (``sample_tokens``) is the decoding loop, judged token for token against the library's
+``generate`` with the same seeded generator: each case holds a small float32 GPT and a
+``torch.Generator``, stored as seeds (see ``register_builder``) and built afresh for every call.
+``generate`` draws exactly as the exercise says: one ``torch.multinomial(probs, 1, generator=...)``
+per step on the (B, V) probabilities, in the logits' dtype (a test counts the calls). In this torch,
+``multinomial`` with one sample is ``argmax(probs / E)`` with ``E`` one Exp(1) draw per entry, so
+probabilities in float64, unnormalised weights or one call per row draw the same tokens. Sampling
+mistakes are registered like any other (they use the case's generator, so they are reproducible);
+a loop that ignores ``generator`` draws from the global generator instead and is told by a pair of
+identical cases that come out different.
+
 Library answers: 5.1's are the sampling functions that compute the distribution. For 5.2,
 ``gpt_param_count`` and ``block_param_count`` compute the count in closed form, and building the
 model to sum its parameters' sizes is the library's answer in spirit, so the classes
 ``tinyformer.model.GPT``, ``tinyformer.blocks.TransformerStack`` and
 ``tinyformer.blocks.TransformerBlock`` are listed too (every function in their bodies, ``__init__``
-included), as chapter 3 lists ``TransformerBlock`` for its block count (3.4).
+included), as chapter 3 lists ``TransformerBlock`` for its block count (3.4). For 5.6, ``generate``,
+``sample_next``, ``next_token_distribution`` and ``greedy``.
 """
 
 from __future__ import annotations
@@ -30,9 +42,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from tinyformer.course.engine import Exercise, register, safe_diagnosis
-from tinyformer.model import GPTConfig, gpt_param_count
-from tinyformer.sampling import next_token_distribution
+from tinyformer.course.engine import Exercise, _fresh, built, register, register_builder, safe_diagnosis
+from tinyformer.model import GPT, GPTConfig, gpt_param_count
+from tinyformer.sampling import generate, next_token_distribution
 
 CHAPTER = "05-gpt"
 F64 = torch.float64
@@ -440,4 +452,199 @@ register(Exercise(
     ],
     diagnose=safe_diagnosis(_diagnose_params), diagnose_hints=(GPT_FLOAT,),
     generic_hint=GPT_GENERIC,
+))
+
+
+# --------------------------------------------------------------------------- 5.6 the decoding loop
+
+
+# small GPTs with logits spread enough (std ~ init_std·√d_model = 2) that temperature, the position read and the
+# context all change the samples; the library's own attention (not the fused kernel), the same with or without grad
+SAMPLE_GPT = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16, init_std=0.5, fused_attention=False)
+SAMPLE_GPT_SHORT = {**SAMPLE_GPT, "vocab_size": 13, "block_size": 6}
+
+
+def _build_gpt(config: dict, seed: int) -> GPT:
+    """``GPT(GPTConfig(**config))`` initialised from ``seed``, leaving the global random generator as it was
+    (the reader's notebook draws from it)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return GPT(GPTConfig(**config))
+
+
+def _build_generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+register_builder("GPT", _build_gpt)
+register_builder("torch.Generator", _build_generator)
+
+
+def _seed(g: torch.Generator) -> int:
+    return _randint(g, 0, 2 ** 31 - 1)
+
+
+def _sample_case(g, config: dict, B: int, T: int, max_new_tokens: int, temperature: float) -> tuple:
+    """(a GPT, a (B, T) int64 prompt, max_new_tokens, temperature, a seeded torch.Generator), as plain data."""
+    idx = torch.randint(0, config["vocab_size"], (B, T), generator=g)
+    return (built("GPT", config=config, seed=_seed(g)), idx, max_new_tokens, temperature,
+            built("torch.Generator", seed=_seed(g)))
+
+
+def _has_negative_logit(case) -> bool:
+    """Does the first step's (B, V) logits hold a negative entry in every row (so that torch.multinomial
+    refuses the logits themselves at once)?"""
+    model, idx = _fresh(case[0]), case[1]
+    with torch.no_grad():
+        return bool((model(idx[:, -model.config.block_size:])[:, -1, :] < 0).any(dim=-1).all())
+
+
+def _sampling_cases(g):
+    """(model, idx, max_new_tokens, temperature, generator): a fresh GPT (vocab 11, block_size 8, 2 layers,
+    width 16, 2 heads, float32) and a fresh generator are built from their seeds for every call.
+
+    0. B = 3, T = 5, 6 new tokens, temperature 1: the context outgrows block_size at the 5th step (so a
+       loop that does not crop raises there), T > 1 (so appending along dim 0 raises at once), more than
+       one step (so float tokens reach the model), a negative logit in every row of the first step (so
+       torch.multinomial refuses raw logits at once).
+    1. B = 1, T = 3, 4 new tokens at temperature 0.5: no cropping needed.
+    2. B = 3, T = 8 = block_size, 5 new tokens at temperature 2: cropped from the second step on.
+    3. B = 1, T = 4, no new token: the prompt comes back.
+    4. a model with block_size 6 and vocab 13, B = 3, T = 2, 9 new tokens at temperature 0.5.
+    5. B = 1, T = 6, 8 new tokens at temperature 2.
+    6. B = 3, T = 4, 6 new tokens at a random temperature in [0.6, 1.6].
+    7, 8. the same case twice (B = 3, T = 3, 8 new tokens at temperature 2, one generator seed): a loop that
+       draws from the global random generator instead of `generator` gives two different answers.
+    """
+    while True:
+        first = _sample_case(g, SAMPLE_GPT, 3, 5, 6, 1.0)
+        if _has_negative_logit(first):
+            break
+    cases = [first,
+             _sample_case(g, SAMPLE_GPT, 1, 3, 4, 0.5),
+             _sample_case(g, SAMPLE_GPT, 3, 8, 5, 2.0),
+             _sample_case(g, SAMPLE_GPT, 1, 4, 0, 1.0),
+             _sample_case(g, SAMPLE_GPT_SHORT, 3, 2, 9, 0.5),
+             _sample_case(g, SAMPLE_GPT, 1, 6, 8, 2.0),
+             _sample_case(g, SAMPLE_GPT, 3, 4, 6, round(_uniform(g, 0.6, 1.6), 3))]
+    twin = _sample_case(g, SAMPLE_GPT, 3, 3, 8, 2.0)
+    return cases + [twin, twin]
+
+
+def sample_tokens_reference(model, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                            generator: torch.Generator | None = None) -> torch.Tensor:
+    """The library's ``generate``. It also takes a case's items as they are stored (built data), so that
+    it can be called on a case directly."""
+    model, generator = _fresh(model), _fresh(generator)
+    return generate(model, idx, max_new_tokens, temperature=temperature, generator=generator)
+
+
+def _loop(*, crop="last", position="last", temperature="divided", softmax_dim=-1, pick="sample", returns="all"):
+    """The decoding loop with the mistakes named by the keywords; the defaults are right.
+
+    crop: "last" (right: the last block_size tokens), "first" (the first block_size tokens) or "token" (the
+    last token alone). position: "last" (right) or "first", the logits read. temperature: "divided" (right),
+    "multiplied" or "ignored". softmax_dim: the softmax axis of the (B, V) logits. pick: "sample" (right)
+    or "argmax" (greedy). returns: "all" (right: prompt and new tokens) or "new" (the new tokens alone).
+    """
+    def wrong(model, idx, max_new_tokens, temperature_=1.0, generator=None):
+        block_size = model.config.block_size
+        out = idx
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                context = {"last": out[:, -block_size:], "first": out[:, :block_size], "token": out[:, -1:]}[crop]
+                logits = model(context)[:, -1 if position == "last" else 0, :]          # (B, V)
+                logits = {"divided": logits / temperature_, "multiplied": logits * temperature_,
+                          "ignored": logits}[temperature]
+                if pick == "argmax":
+                    token = logits.argmax(dim=-1, keepdim=True)                         # (B, 1)
+                else:
+                    token = torch.multinomial(logits.softmax(dim=softmax_dim), 1, generator=generator)
+                out = torch.cat((out, token), dim=1)
+        return out if returns == "all" else out[:, idx.shape[1]:]
+    return wrong
+
+
+SAMPLE_CROP = ("the model takes at most block_size tokens: crop the context to the LAST block_size tokens "
+               "before each call, idx[:, -block_size:] with block_size = model.config.block_size, so that the "
+               "loop can run past the context window.")
+SAMPLE_PROMPT = ("your output does not start with the prompt: return idx followed by the new tokens, each appended "
+                 "at the end, torch.cat((idx, next_id), dim=1).")
+SAMPLE_GENERATOR = ("two runs with the same seeded generator gave different tokens: your draws ignore `generator`. "
+                    "Pass it on, torch.multinomial(probs, 1, generator=generator), so that a seed reproduces the "
+                    "sample (and the global random state is left alone).")
+SAMPLE_GENERIC = ("each step: crop the context to the last block_size tokens, run the model, take the last "
+                  "position's logits (B, V), divide them by temperature, softmax over the vocabulary, draw one token "
+                  "per row with torch.multinomial(probs, 1, generator=generator), and append it, "
+                  "torch.cat((idx, next_id), dim=1).")
+
+SAMPLE_MISTAKES = [
+    (_loop(crop="first"), "you cropped to the FIRST block_size tokens, so once the sequence is longer than the "
+                          "window the model never sees the newest ones: keep the last, idx[:, -block_size:]."),
+    (_loop(crop="token"), "you fed the model the last token alone (a bigram model's context): give it the last "
+                          "block_size tokens, idx[:, -block_size:], so that it can attend to all of them."),
+    (_loop(position="first"), "you read the logits of the FIRST position, which predict the second token: the "
+                              "next token is predicted at the LAST position, logits[:, -1, :]."),
+    (_loop(temperature="multiplied"), "the logits were multiplied by temperature: divide them by it before the "
+                                      "softmax (temperature < 1 sharpens the distribution, > 1 flattens it)."),
+    (_loop(temperature="ignored"), "your tokens do not depend on temperature: divide the LOGITS by it before the "
+                                   "softmax (dividing the probabilities changes nothing: torch.multinomial "
+                                   "renormalises them)."),
+    (_loop(softmax_dim=0), "a softmax over dim=0 normalises across the rows of the batch: the vocabulary is the "
+                           "last axis of the (B, V) logits, dim=-1."),
+    (_loop(pick="argmax"), "you took the most likely token (greedy decoding): sample it, "
+                           "torch.multinomial(probs, 1, generator=generator), so that temperature and the seed "
+                           "matter."),
+    (_loop(returns="new"), "you returned the new tokens alone: return the prompt followed by them, shape "
+                           "(B, T + max_new_tokens)."),
+]
+
+
+def _same_case(a, b) -> bool:
+    return (a[0] == b[0] and torch.equal(a[1], b[1]) and a[2:4] == b[2:4] and a[4] == b[4])
+
+
+def _diagnose_sampling(cases, outputs, refs):
+    for case, out in zip(cases, outputs):
+        prompt = case[1]
+        if out.dim() != 2 or not torch.equal(out[:, :prompt.shape[1]], prompt):
+            return f"wrong output. Hint: {SAMPLE_PROMPT}"
+    for i, a in enumerate(cases):
+        for j in range(i):
+            if _same_case(a, cases[j]) and not torch.equal(outputs[i], outputs[j]):
+                return f"wrong output. Hint: {SAMPLE_GENERATOR}"
+    return None
+
+
+register(Exercise(
+    name="sample_tokens", number="5.6", function="sample_tokens", chapter=CHAPTER,
+    args=("model", "idx", "max_new_tokens", "temperature", "generator"),
+    library_answers=("tinyformer.sampling.generate", "tinyformer.sampling.sample_next",
+                     "tinyformer.sampling.next_token_distribution", "tinyformer.sampling.greedy"),
+    make_cases=_sampling_cases, reference=sample_tokens_reference,
+    returns="the (B, T + max_new_tokens) int64 token ids: the prompt followed by the new tokens",
+    rtol=0.0, atol=0.0,
+    mistakes=SAMPLE_MISTAKES,
+    error_hints=[
+        (ValueError, r"positions; the model takes 1 to block_size", SAMPLE_CROP),
+        (AttributeError, r"has no attribute 'block_size'",
+         "the context length is in the model's configuration: block_size = model.config.block_size."),
+        (RuntimeError, r"probability tensor contains either .*element < 0",
+         "torch.multinomial draws from probabilities (weights >= 0), and logits can be negative: divide the "
+         "logits by temperature and take their softmax over the vocabulary first."),
+        (RuntimeError, r"prob_dist must be 1 or 2 dim",
+         "torch.multinomial takes the (B, V) probabilities of the last position: take logits[:, -1, :] (B, V), "
+         "not logits[:, -1:, :] (B, 1, V) or the whole (B, T, V)."),
+        (RuntimeError, r"Sizes of tensors must match except in dimension 0",
+         "the new tokens go at the end of each row, along the time axis: torch.cat((idx, next_id), dim=1) "
+         "(dim=0 stacks them under the batch)."),
+        (RuntimeError, r"Tensors must have same number of dimensions",
+         "torch.multinomial(probs, 1) gives the new tokens as (B, 1), ready to append to idx (B, T): keep that "
+         "axis (no squeeze, no [:, 0])."),
+        (TypeError, r"idx must hold integer token ids",
+         "token ids must stay integers (int64): torch.multinomial returns int64 ids, so append them as they are, "
+         "without .float()."),
+    ],
+    diagnose=safe_diagnosis(_diagnose_sampling), diagnose_hints=(SAMPLE_PROMPT, SAMPLE_GENERATOR),
+    generic_hint=SAMPLE_GENERIC,
 ))

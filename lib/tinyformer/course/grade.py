@@ -303,12 +303,25 @@ class Sandbox:
             if folder == Path("/") or _within(folder, Path("/tmp")) or any(_within(n, folder) for n in needed):
                 continue       # under the private /tmp already, or holding what runs the notebook
             cmd += ["--tmpfs", str(folder)]
+        for path in _runtime_paths():   # a venv or a checkout under /tmp, hidden by the private /tmp
+            if _within(path, Path("/tmp")):
+                cmd += ["--ro-bind", str(path), str(path)]
         return cmd + ["--bind", str(private), str(private), "--chdir", str(workdir), "--unshare-pid",
                       "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
                       "--", *argv]
 
     def command(self, private: Path, workdir: Path, argv: list[str]) -> list[str]:
         return self._wrap(private, workdir, argv) if self.bwrap else argv
+
+
+def _runtime_paths() -> list[Path]:
+    """What a notebook's kernel needs to start and to import tinyformer: the environment
+    (``sys.prefix``, as written and resolved) and the folder holding the tinyformer package (an
+    editable install points there). The sandbox shows them read-only even where its private
+    ``/tmp`` would hide them, as it does for a clone under ``/tmp``."""
+    package_root = Path(_nbrun.__file__).resolve().parents[2]       # lib/ (or site-packages/)
+    paths = [Path(sys.prefix), Path(sys.prefix).resolve(), package_root]
+    return sorted({p for p in paths if p.exists()}, key=lambda p: len(p.parts))
 
 
 def _set_subreaper(on: bool) -> bool:
