@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tinyformer.blocks import NORMS, TransformerStack, _check_bool, _check_eps, block_param_count, init_gpt2_
 from tinyformer.positions import LearnedPositions, sinusoidal_positions
 from tinyformer.setup import check_int
-from tinyformer.toy import _require_ids
+from tinyformer.toy import _require_ids, _require_vocab
 
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 
@@ -169,12 +169,7 @@ class GPT(nn.Module):
         if not 1 <= T <= c.block_size:
             raise ValueError(f"idx has {T} positions; the model takes 1 to "
                              f"block_size={c.block_size}")
-        # meta tensors carry no values to check
-        if idx.device.type != "meta" and idx.numel() and (
-                idx.min() < 0 or idx.max() >= c.vocab_size):
-            raise ValueError(f"token ids in idx must lie in [0, vocab_size="
-                             f"{c.vocab_size}), got ids from "
-                             f"{int(idx.min())} to {int(idx.max())}")
+        _require_vocab(idx, c.vocab_size)
 
 
 def gpt_param_count(config: GPTConfig) -> int:

@@ -50,6 +50,17 @@ def _require_ids(name: str, t, shape, shape_text: str,
         raise TypeError(f"{name} must hold {dtype_text}, got dtype {t.dtype}")
 
 
+def _require_vocab(idx: torch.Tensor, vocab_size: int) -> None:
+    """Every id in ``idx`` must lie in ``[0, vocab_size)``: a negative id would
+    read an embedding row from the end without an error. Meta tensors carry
+    no values to check."""
+    if idx.device.type != "meta" and idx.numel() and (
+            idx.min() < 0 or idx.max() >= vocab_size):
+        raise ValueError(f"token ids in idx must lie in [0, vocab_size="
+                         f"{vocab_size}), got ids from "
+                         f"{int(idx.min())} to {int(idx.max())}")
+
+
 class OneLayerAttention(nn.Module):
     """Embeddings → one ``MultiHeadAttention`` → linear read-out: the
     smallest model that attends.
@@ -456,12 +467,7 @@ class PositionLM(nn.Module):
         if self.positions == "learned" and idx.shape[1] > self.max_len:
             raise ValueError(f"idx has {idx.shape[1]} positions, but the "
                              f"learned table has max_len={self.max_len}")
-        # meta tensors (used to test devices) carry no values to check
-        if idx.device.type != "meta" and idx.numel() and (
-                idx.min() < 0 or idx.max() >= self.vocab_size):
-            raise ValueError(f"token ids in idx must lie in [0, vocab_size="
-                             f"{self.vocab_size}), got ids from "
-                             f"{int(idx.min())} to {int(idx.max())}")
+        _require_vocab(idx, self.vocab_size)
         x = self.tok(idx)                                   # (B, T, d_model)
         table = self.position_table(idx.shape[1])           # (T, d_model)
         if table is not None:
@@ -564,13 +570,7 @@ class BigramLM(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         _require_ids("idx", idx, None, "be a 2-D tensor of token ids (B, T)",
                      "integer token ids")
-        V = self.vocab_size
-        # negative ids would index the table from the end without an error
-        if idx.device.type != "meta" and idx.numel() and (
-                idx.min() < 0 or idx.max() >= V):
-            raise ValueError(f"token ids in idx must lie in [0, vocab_size="
-                             f"{V}), got ids from {int(idx.min())} to "
-                             f"{int(idx.max())}")
+        _require_vocab(idx, self.vocab_size)
         return self.log_probs[idx]                           # (B, T, V)
 
 
