@@ -208,14 +208,39 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(*lead, T, n_heads * d_head)
 
 
+def _check_kv_heads(n_heads: int, n_kv_heads) -> int:
+    """``n_kv_heads`` (None: ``n_heads``) must divide ``n_heads``."""
+    if n_kv_heads is None:
+        return n_heads
+    n_kv_heads = check_int("n_kv_heads", n_kv_heads)
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads "
+                         f"({n_heads}): each key/value head serves a group "
+                         f"of query heads")
+    return n_kv_heads
+
+
+def repeat_kv(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Grouped-query attention: ``(..., n_kv_heads, T, d_head)`` →
+    ``(..., n_heads, T, d_head)``, each key/value head repeated for the
+    ``n_heads // n_kv_heads`` query heads of its group (query head ``h``
+    reads key/value head ``h // group``)."""
+    group = n_heads // t.shape[-3]
+    return t if group == 1 else t.repeat_interleave(group, dim=-3)
+
+
 def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None,
-                 scale=None, rotate=None, fused: bool = False):
+                 scale=None, rotate=None, fused: bool = False,
+                 n_kv_heads: int | None = None):
     """The core of multi-head attention, on projected queries, keys and
     values.
 
-    q: ``(..., T_q, d_model)``; k, v: ``(..., T_k, d_model)``. Splits them
-    into ``n_heads`` heads, masks (``causal`` needs ``T_q == T_k``;
-    ``mask`` broadcasts to ``(..., n_heads, T_q, T_k)``), attends, and
+    q: ``(..., T_q, d_model)``; k, v: ``(..., T_k, n_kv_heads·d_head)``
+    (``n_kv_heads`` defaults to ``n_heads``, so that k and v are as wide as
+    q; fewer is grouped-query attention, each key/value head shared by
+    ``n_heads // n_kv_heads`` query heads). Splits them into heads, masks
+    (``causal`` needs ``T_q == T_k``; ``mask`` broadcasts to
+    ``(..., n_heads, T_q, T_k)``), attends, and
     concatenates the heads again. ``rotate`` (optional) is applied to each
     head's queries and keys before the scores, where rotary position
     embeddings act (chapter 4). Returns ``(merged (..., T_q, d_model),
@@ -227,11 +252,13 @@ def attend_heads(q, k, v, n_heads: int, causal: bool = False, mask=None,
     trains. A query row with no allowed key still gets a zero output and
     finite gradients there, as on the readable path.
     """
-    # (..., n_heads, T, d_head)
-    q, k, v = (split_heads(t, n_heads) for t in (q, k, v))
-    _check_qkv(q, k, v)
+    n_kv_heads = _check_kv_heads(n_heads, n_kv_heads)
+    q = split_heads(q, n_heads)                     # (..., n_heads, T, d_head)
+    k, v = (split_heads(t, n_kv_heads) for t in (k, v))  # n_kv_heads heads
     if rotate is not None:
         q, k = rotate(q), rotate(k)        # rotary positions (chapter 4)
+    k, v = repeat_kv(k, n_heads), repeat_kv(v, n_heads)
+    _check_qkv(q, k, v)
     T_q, T_k = q.shape[-2], k.shape[-2]
     if mask is not None:
         # validate the caller's mask before it is combined with anything
@@ -290,11 +317,17 @@ class MultiHeadAttention(nn.Module):
     queries and keys by their positions (chapter 4's RoPE), in
     ``self.rotary``. ``fused=True`` lets the layer call torch's fused
     kernel whenever the weights are not asked for (same outputs, faster).
+    ``n_kv_heads`` (default ``n_heads``) below ``n_heads`` makes it
+    grouped-query attention: ``k_proj`` and ``v_proj`` produce only
+    ``n_kv_heads`` heads, each shared by a group of query heads
+    (``n_kv_heads=1`` is multi-query attention). A ``cache``
+    (chapter 8) lets it attend from new positions to earlier ones
+    without recomputing their keys and values.
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool = True,
                  bias: bool = True, scale=None, rotary: bool = False,
-                 fused: bool = False):
+                 fused: bool = False, n_kv_heads: int | None = None):
         super().__init__()
         d_model = check_int("d_model", d_model)
         n_heads = check_int("n_heads", n_heads)
@@ -305,10 +338,12 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"causal must be True or False, got {causal!r}")
         self.d_model, self.n_heads, self.causal = d_model, n_heads, causal
         self.d_head = d_model // n_heads
+        self.n_kv_heads = _check_kv_heads(n_heads, n_kv_heads)
+        d_kv = self.n_kv_heads * self.d_head     # d_model unless grouped
         self.scale = _check_scale(scale)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_kv, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_kv, bias=bias)
         self.o_proj = nn.Linear(d_model, d_model, bias=bias)
         if not isinstance(rotary, bool):
             raise TypeError(f"rotary must be True or False, got {rotary!r}")
@@ -326,15 +361,18 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 return_weights: bool = False, *,
-                context: torch.Tensor | None = None):
+                context: torch.Tensor | None = None, cache=None):
         """x: ``(..., T_q, d_model)`` gives the queries; keys and values
         come from ``context`` ``(..., T_k, d_model)`` when it is given
         (cross-attention), from ``x`` otherwise. ``mask`` (optional,
         boolean, broadcasting to ``(..., n_heads, T_q, T_k)``) is combined
         with the causal mask when ``causal=True``. Returns
         ``(..., T_q, d_model)``, and the weights
-        ``(..., n_heads, T_q, T_k)`` if asked."""
+        ``(..., n_heads, T_q, T_k)`` if asked. With a ``cache``
+        (chapter 8), x holds only the new positions."""
         self._check_input("x", x)
+        if cache is not None:       # decoding with a KV cache (chapter 8)
+            return cache.attend(self, x, mask, context, return_weights)
         if context is None:
             context = x                               # self-attention
         elif self.causal:
@@ -349,11 +387,12 @@ class MultiHeadAttention(nn.Module):
                              "keys of context=... have no positions of "
                              "their own to rotate by")
         q = self.q_proj(x)                            # (..., T_q, d_model)
-        k = self.k_proj(context)                      # (..., T_k, d_model)
-        v = self.v_proj(context)                      # (..., T_k, d_model)
+        k = self.k_proj(context)                      # (..., T_k, d_kv)
+        v = self.v_proj(context)                      # (..., T_k, d_kv)
         merged, weights = attend_heads(q, k, v, self.n_heads, self.causal,
                                        mask, self.scale, self.rotary,
-                                       self.fused and not return_weights)
+                                       self.fused and not return_weights,
+                                       self.n_kv_heads)
         out = self.o_proj(merged)                     # (..., T_q, d_model)
         return (out, weights) if return_weights else out
 
@@ -369,6 +408,6 @@ def attention_flops(T: int, d_model: int) -> int:
 __all__ = [
     "attend_heads", "attention_flops", "attention_head", "causal_mask",
     "merge_heads", "multi_head_attention", "MultiHeadAttention",
-    "scaled_dot_product_attention", "simple_attention", "softmax",
-    "split_heads",
+    "repeat_kv", "scaled_dot_product_attention", "simple_attention",
+    "softmax", "split_heads",
 ]

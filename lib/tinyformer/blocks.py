@@ -143,14 +143,16 @@ class TransformerBlock(nn.Module):
     ``residual=False`` drops the two additions (an experiment, not a model).
     ``rotary=True`` gives the attention rotary positions (chapter 4);
     ``fused=True`` lets attention and layer norm use torch's fused kernels
-    (chapter 5).
+    (chapter 5); ``n_kv_heads`` makes the attention grouped-query
+    (chapter 8).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None,
                  norm: str = "pre", causal: bool = True, *,
                  bias: bool = True, activation: str = "gelu",
                  residual: bool = True, eps: float = 1e-5,
-                 rotary: bool = False, fused: bool = False):
+                 rotary: bool = False, fused: bool = False,
+                 n_kv_heads: int | None = None):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
@@ -161,7 +163,8 @@ class TransformerBlock(nn.Module):
         self.norm, self.residual = norm, residual
         self.ln_1 = LayerNorm(d_model, eps, fused)
         self.attn = MultiHeadAttention(d_model, n_heads, causal, bias=bias,
-                                       rotary=rotary, fused=fused)
+                                       rotary=rotary, fused=fused,
+                                       n_kv_heads=n_kv_heads)
         self.ln_2 = LayerNorm(d_model, eps, fused)
         self.ffn = FeedForward(d_model, d_ff, activation, bias)
         self.d_model = self.attn.d_model
@@ -169,16 +172,25 @@ class TransformerBlock(nn.Module):
     def _add(self, x, update):
         return x + update if self.residual else update
 
-    def forward(self, x: torch.Tensor,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                cache=None) -> torch.Tensor:
         """x: ``(..., T, d_model)`` -> ``(..., T, d_model)``. ``mask``
-        (boolean, True = may attend) is passed on to the attention."""
+        (boolean, True = may attend) and ``cache`` (this layer's
+        ``kvcache.LayerCache``; x then holds only the new positions) are
+        passed on to the attention."""
         _check_features("x", x, self.d_model)
         if self.norm == "pre":
-            x = self._add(x, self.attn(self.ln_1(x), mask))
+            x = self._add(x, self._attend(self.ln_1(x), mask, cache))
             return self._add(x, self.ffn(self.ln_2(x)))
-        x = self.ln_1(self._add(x, self.attn(x, mask)))
+        x = self.ln_1(self._add(x, self._attend(x, mask, cache)))
         return self.ln_2(self._add(x, self.ffn(x)))
+
+    def _attend(self, x, mask, cache):
+        # cache= only when there is one: a sublayer swapped in for an
+        # experiment need not know about caches
+        if cache is None:
+            return self.attn(x, mask)
+        return self.attn(x, mask, cache=cache)
 
 
 class TransformerStack(nn.Module):
@@ -207,13 +219,17 @@ class TransformerStack(nn.Module):
                      else nn.Identity())
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                return_stream: bool = False):
+                return_stream: bool = False, cache=None):
         """x: ``(..., T, d_model)``. With ``return_stream=True`` also returns
         the list of ``n_layer + 1`` residual-stream states (the input, then
-        the output of each block, before the final norm)."""
+        the output of each block, before the final norm). ``cache`` (a
+        ``kvcache.KVCache``) gives block ``i`` its layer ``cache[i]``."""
+        if cache is not None and len(cache) != len(self.blocks):
+            raise ValueError(f"the cache has {len(cache)} layers, the stack "
+                             f"{len(self.blocks)} blocks")
         stream = [x]
-        for block in self.blocks:
-            x = block(x, mask)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, None if cache is None else cache[i])
             stream.append(x)
         out = self.ln_f(x)
         return (out, stream) if return_stream else out
@@ -252,14 +268,18 @@ def init_gpt2_(module: nn.Module, n_layer: int | None = None,
 
 
 def block_param_count(d_model: int, d_ff: int | None = None,
-                      bias: bool = True) -> int:
+                      bias: bool = True, d_kv: int | None = None) -> int:
     """The parameters of one block, counted from its parts: four
     ``d_model × d_model`` projections, the two feed-forward maps, two layer
-    norms (a gain and a bias each), and the biases if any."""
+    norms (a gain and a bias each), and the biases if any. ``d_kv``
+    (default ``d_model``) is the width of the key and value projections,
+    ``n_kv_heads · d_head``, smaller with grouped-query attention."""
     d_model = check_int("d_model", d_model)
     d_ff = 4 * d_model if d_ff is None else check_int("d_ff", d_ff)
+    d_kv = d_model if d_kv is None else check_int("d_kv", d_kv)
     _check_bool("bias", bias)
-    attention = 4 * d_model * d_model + (4 * d_model if bias else 0)
+    attention = (2 * d_model * d_model + 2 * d_model * d_kv
+                 + ((2 * d_model + 2 * d_kv) if bias else 0))
     ffn = 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
     norms = 2 * 2 * d_model
     return attention + ffn + norms

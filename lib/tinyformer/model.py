@@ -20,7 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tinyformer.attention import _check_kv_heads
 from tinyformer.blocks import NORMS, TransformerStack, _check_bool, _check_eps, block_param_count, init_gpt2_
+from tinyformer.kvcache import KVCache
 from tinyformer.positions import LearnedPositions, sinusoidal_positions
 from tinyformer.setup import check_int
 from tinyformer.toy import _require_ids, _require_vocab
@@ -44,7 +46,9 @@ class GPTConfig:
     ``"rotary"`` or ``"none"``; ``norm`` is ``"pre"`` or ``"post"``.
     ``fused_attention`` lets attention use torch's fused kernel when the
     weights are not asked for, and layer norm use ``F.layer_norm`` (same
-    outputs, faster)."""
+    outputs, faster). ``n_kv_head`` (default ``n_head``) below ``n_head``
+    makes the attention grouped-query: fewer key/value heads, a smaller
+    KV cache (chapter 8)."""
 
     vocab_size: int
     block_size: int
@@ -59,6 +63,7 @@ class GPTConfig:
     eps: float = 1e-5
     init_std: float = 0.02
     fused_attention: bool = True
+    n_kv_head: int | None = None
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head",
@@ -69,6 +74,7 @@ class GPTConfig:
                              f"by n_head ({self.n_head})")
         self.d_ff = (4 * self.d_model if self.d_ff is None
                      else check_int("d_ff", self.d_ff))
+        self.n_kv_head = _check_kv_heads(self.n_head, self.n_kv_head)
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got "
                              f"{self.positions!r}")
@@ -89,6 +95,11 @@ class GPTConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_head
+
+    @property
+    def d_kv(self) -> int:
+        """Width of the key and value projections: ``n_kv_head · d_head``."""
+        return self.n_kv_head * self.d_head
 
     @classmethod
     def gpt2(cls, **changes) -> GPTConfig:
@@ -122,7 +133,7 @@ class GPT(nn.Module):
         self.blocks = TransformerStack(          # its final norm is ln_f
             c.n_layer, c.d_model, c.n_head, c.d_ff, c.norm, bias=c.bias,
             eps=c.eps, rotary=c.positions == "rotary",
-            fused=c.fused_attention)
+            fused=c.fused_attention, n_kv_heads=c.n_kv_head)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         init_gpt2_(self, c.n_layer, c.init_std)
         nn.init.normal_(self.token_embedding.weight, 0.0, c.init_std)
@@ -131,18 +142,38 @@ class GPT(nn.Module):
         if c.tie_weights:   # one matrix reads tokens in and writes them out
             self.lm_head.weight = self.token_embedding.weight
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
         """idx: integer token ids ``(B, T)``, ``T <= block_size``.
-        Returns logits ``(B, T, vocab_size)``."""
-        self._check_idx(idx)
+        Returns logits ``(B, T, vocab_size)``.
+
+        With a ``cache`` (:meth:`new_cache`), idx holds only the *new*
+        tokens: they take the positions after the ``cache.length`` already
+        held, attend to those through the cache, and are appended to it."""
+        start = 0 if cache is None else self._check_cache(cache, idx)
+        self._check_idx(idx, start)
         T = idx.shape[1]
         x = self.token_embedding(idx)                 # (B, T, d_model)
-        if self.config.positions == "learned":
-            x = x + self.position_embedding(T)        # + (T, d_model)
+        if self.config.positions == "learned":        # rows start … start+T-1
+            x = x + self.position_embedding(T, start)   # + (T, d_model)
         elif self.config.positions == "sinusoidal":
-            x = x + self.position_table[:T]           # + (T, d_model)
-        x = self.blocks(x)                            # (B, T, d_model)
+            x = x + self.position_table[start:start + T]
+        x = self.blocks(x, cache=cache)               # (B, T, d_model)
         return self.lm_head(x)                        # (B, T, vocab_size)
+
+    def new_cache(self, batch_size: int = 1, dtype=None, device=None):
+        """An empty :class:`~tinyformer.kvcache.KVCache` for ``batch_size``
+        sequences of up to ``block_size`` tokens, on the model's device
+        and dtype unless told otherwise."""
+        c, weight = self.config, self.token_embedding.weight
+        return KVCache(c.n_layer, batch_size, c.n_kv_head, c.d_head,
+                       c.block_size, dtype=dtype or weight.dtype,
+                       device=device or weight.device)
+
+    def _check_cache(self, cache, idx) -> int:
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()), "
+                            f"got {type(cache).__name__}")
+        return cache.length
 
     def loss(self, idx: torch.Tensor,
              targets: torch.Tensor) -> torch.Tensor:
@@ -162,13 +193,14 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, V), targets.reshape(-1),
                                ignore_index=-100)
 
-    def _check_idx(self, idx) -> None:
+    def _check_idx(self, idx, start: int = 0) -> None:
         _require_ids("idx", idx, None, "be a 2-D tensor of token ids (B, T)",
                      "integer token ids")
         T, c = idx.shape[1], self.config
-        if not 1 <= T <= c.block_size:
+        if not 1 <= T <= c.block_size - start:
+            held = f" after the {start} the cache holds" if start else ""
             raise ValueError(f"idx has {T} positions; the model takes 1 to "
-                             f"block_size={c.block_size}")
+                             f"block_size={c.block_size}{held}")
         _require_vocab(idx, c.vocab_size)
 
 
@@ -176,7 +208,7 @@ def gpt_param_count(config: GPTConfig) -> int:
     """The parameters of ``GPT(config)``, counted from its parts."""
     c = _check_config(config)
     d, V = c.d_model, c.vocab_size
-    blocks = c.n_layer * block_param_count(d, c.d_ff, c.bias)
+    blocks = c.n_layer * block_param_count(d, c.d_ff, c.bias, c.d_kv)
     ln_f = 2 * d if c.norm == "pre" else 0   # post-norm ends normalised
     positions = c.block_size * d if c.positions == "learned" else 0
     lm_head = 0 if c.tie_weights else d * V             # tied: E itself
@@ -195,7 +227,8 @@ def matmul_params(config: GPTConfig) -> int:
     map, the LM head included whether tied or not), not the embedding
     lookups, norms or biases."""
     c = _check_config(config)
-    per_block = 4 * c.d_model ** 2 + 2 * c.d_model * c.d_ff
+    per_block = (2 * c.d_model ** 2 + 2 * c.d_model * c.d_kv
+                 + 2 * c.d_model * c.d_ff)
     return c.n_layer * per_block + c.d_model * c.vocab_size
 
 

@@ -1,0 +1,224 @@
+"""Chapter 8: the key-value cache.
+
+A decoder generates one token at a time. Without a cache, every step runs
+the model on the whole prefix again, although the keys and values of the
+earlier positions cannot change: causal attention never lets an earlier
+position see a later one. The cache keeps them. Each attention layer
+owns a slice of it; a step projects only the new positions, **appends**
+their keys and values, and lets the new queries attend to everything
+held so far.
+
+Shapes: a layer's keys and values are ``(B, n_kv_heads, T, d_head)``,
+where ``n_kv_heads`` is ``n_heads`` for ordinary multi-head attention and
+fewer for grouped-query attention (one key/value head per group of query
+heads). The storage is allocated once, for ``max_len`` positions, so a
+step writes into it instead of growing tensors with ``torch.cat``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tinyformer.attention import (causal_mask, repeat_kv,
+                                  scaled_dot_product_attention)
+from tinyformer.setup import check_int
+
+
+class LayerCache:
+    """One attention layer's keys and values, ``k`` and ``v`` of shape
+    ``(B, n_kv_heads, max_len, d_head)``, of which the first ``length``
+    positions are filled."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor):
+        self.k, self.v = k, v               # views into the KVCache's storage
+        self.max_len = k.shape[-2]
+        self.length = 0                     # positions held so far
+        self._qkv = None                    # stacked projections, see attend
+
+    def append(self, k: torch.Tensor, v: torch.Tensor):
+        """Write the new positions' ``k``, ``v`` ``(B, n_kv_heads, T, d_head)``
+        after the ones held, and return the keys and values of every
+        position so far, ``(B, n_kv_heads, length + T, d_head)``."""
+        start, end = self.length, self.length + k.shape[-2]
+        if end > self.max_len:
+            raise ValueError(f"the cache is full: it holds {start} of "
+                             f"max_len={self.max_len} positions and cannot "
+                             f"take {k.shape[-2]} more; start a new cache "
+                             f"(or clear() this one)")
+        self.k[:, :, start:end] = k         # in place: no new tensor
+        self.v[:, :, start:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def attend(self, attn, x, mask=None, context=None,
+               return_weights: bool = False):
+        """Causal self-attention of the layer ``attn`` (a
+        ``MultiHeadAttention``) for ``T`` new positions ``x``
+        ``(B, T, d_model)``, whose keys and values join the cache.
+        ``attn(x, cache=layer_cache)`` calls this. Returns
+        ``(B, T, d_model)`` (and the weights ``(B, n_heads, T, length)``
+        if asked)."""
+        self._check(attn, x, mask, context)
+        B, T, _ = x.shape
+        start = self.length               # position of the first new token
+        q, k, v = self._project(attn, x)  # q (B, H, T, d); k, v (B, H_kv, T, d)
+        if attn.rotary is not None:       # rotate by the true positions
+            q, k = attn.rotary(q, start), attn.rotary(k, start)
+        k, v = self.append(k, v)          # (B, H_kv, start + T, d): all so far
+        k, v = repeat_kv(k, attn.n_heads), repeat_kv(v, attn.n_heads)
+        # new query i sits at position start + i and sees keys 0 … start + i;
+        # a single new query sees every key, so it needs no mask at all
+        mask = None if T == 1 else causal_mask(start + T, x.device)[start:]
+        if attn.fused and not return_weights:
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                   scale=attn.scale)
+            weights = None
+        else:
+            heads, weights = scaled_dot_product_attention(q, k, v, mask,
+                                                          attn.scale)
+        out = attn.o_proj(heads.transpose(1, 2).reshape(B, T, attn.d_model))
+        return (out, weights) if return_weights else out
+
+    def _project(self, attn, x):
+        """``q_proj``, ``k_proj`` and ``v_proj`` of ``x`` as one matrix
+        product, split into heads: one kernel instead of three, because at
+        one token per step a call costs more than its arithmetic. The
+        weights are stacked when the cache starts a sequence (a cache is
+        only valid while the weights stay as they were anyway), and at
+        every step when gradients are on, so that they reach the weights."""
+        if self.length == 0 or self._qkv is None or torch.is_grad_enabled():
+            lins = (attn.q_proj, attn.k_proj, attn.v_proj)
+            W = torch.cat([lin.weight for lin in lins])  # (d_model+2·d_kv, ·)
+            b = (None if attn.q_proj.bias is None
+                 else torch.cat([lin.bias for lin in lins]))
+            self._qkv = (W, b)
+        B, T, _ = x.shape
+        qkv = F.linear(x, *self._qkv)                  # (B, T, d_model+2·d_kv)
+        qkv = qkv.view(B, T, -1, attn.d_head).transpose(1, 2)
+        return qkv.split((attn.n_heads, attn.n_kv_heads, attn.n_kv_heads),
+                         dim=1)
+
+    def _check(self, attn, x, mask, context) -> None:
+        if context is not None or mask is not None or not attn.causal:
+            raise ValueError("a KV cache works with causal self-attention "
+                             "only: no mask= or context=, and causal=True")
+        if x.dim() != 3:
+            raise ValueError(f"with a cache, x must be (B, T, d_model), got "
+                             f"shape {tuple(x.shape)}")
+        want = (x.shape[0], attn.n_kv_heads, attn.d_head)
+        got = (self.k.shape[0], self.k.shape[1], self.k.shape[3])
+        if got != want:
+            raise ValueError(f"the cache holds (batch, n_kv_heads, d_head) = "
+                             f"{got}, but this layer and x need {want}")
+        if self.k.device != x.device or self.k.dtype != x.dtype:
+            raise ValueError(f"the cache is {self.k.dtype} on "
+                             f"{self.k.device}, but x is {x.dtype} on "
+                             f"{x.device}")
+
+
+class KVCache:
+    """The keys and values of every layer of a model, for ``batch_size``
+    sequences of up to ``max_len`` positions.
+
+    Two tensors, ``k`` and ``v`` of shape
+    ``(n_layer, batch_size, n_kv_heads, max_len, d_head)``, are allocated
+    once; ``cache[i]`` is layer ``i``'s :class:`LayerCache`. Pass the cache
+    to ``GPT.forward(idx, cache=...)``: the model then reads only the new
+    tokens ``idx``, places them at positions ``length, length+1, …``, and
+    appends their keys and values. Build one with
+    ``GPT.new_cache(batch_size)``.
+    """
+
+    def __init__(self, n_layer: int, batch_size: int, n_kv_heads: int,
+                 d_head: int, max_len: int, *, dtype=torch.float32,
+                 device=None):
+        shape = tuple(check_int(name, value) for name, value in (
+            ("n_layer", n_layer), ("batch_size", batch_size),
+            ("n_kv_heads", n_kv_heads), ("max_len", max_len),
+            ("d_head", d_head)))
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, "
+                            f"got {dtype!r}")
+        # (n_layer, B, n_kv_heads, max_len, d_head), zeros never read
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.layers = [LayerCache(self.k[i], self.v[i])
+                       for i in range(n_layer)]
+
+    def __getitem__(self, i: int) -> LayerCache:
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+    @property
+    def length(self) -> int:
+        """Positions held by the last layer: the next token's position
+        once a step has finished."""
+        return self.layers[-1].length
+
+    def clear(self) -> None:
+        """Forget every position (the storage is kept and overwritten)."""
+        for layer in self.layers:
+            layer.length = 0
+
+    def nbytes(self, allocated: bool = False) -> int:
+        """Bytes of the keys and values held (``allocated=True``: of the
+        whole storage, ``max_len`` positions)."""
+        per_position = 2 * self.k[:, :, :, 0].numel() * self.k.element_size()
+        return per_position * (self.max_len if allocated else self.length)
+
+    def __repr__(self) -> str:
+        n_layer, B, H, T, d = self.k.shape
+        return (f"KVCache(n_layer={n_layer}, batch_size={B}, n_kv_heads={H}, "
+                f"d_head={d}, length={self.length}, max_len={T}, "
+                f"dtype={self.k.dtype})")
+
+
+def kv_cache_bytes(n_layer: int, n_kv_heads: int, d_head: int, T: int,
+                   bytes_per_element: int = 2, batch_size: int = 1) -> int:
+    """``2 · n_layer · n_kv_heads · d_head · T · bytes_per_element`` per
+    sequence (times ``batch_size``): a key and a value vector per head, per
+    layer, per position. Ordinary multi-head attention has
+    ``n_kv_heads = n_heads``."""
+    sizes = [check_int(name, value) for name, value in (
+        ("n_layer", n_layer), ("n_kv_heads", n_kv_heads),
+        ("d_head", d_head), ("T", T),
+        ("bytes_per_element", bytes_per_element),
+        ("batch_size", batch_size))]
+    out = 2
+    for s in sizes:
+        out *= s
+    return out
+
+
+def decode_flops(config, prefix: int, cached: bool) -> int:
+    """Forward FLOPs of one decoding step whose context holds ``prefix``
+    tokens (the new token included), 2 per multiply-add.
+
+    Uncached, the model reruns all ``prefix`` positions:
+    ``2·N_matmul·prefix`` for the weights and ``4·n_layer·d_model·prefix²``
+    for ``QKᵀ`` and ``weights·V``. Cached, only the new position runs:
+    ``2·N_matmul + 4·n_layer·d_model·prefix``. (``N_matmul`` counts the LM
+    head at every position, which is what ``model(idx)`` computes; the
+    causal half of the scores is not subtracted.)"""
+    from tinyformer.model import _check_config, matmul_params
+
+    c = _check_config(config)
+    prefix = check_int("prefix", prefix)
+    if not isinstance(cached, bool):
+        raise TypeError(f"cached must be True or False, got {cached!r}")
+    n = 1 if cached else prefix          # positions run through the model
+    return 2 * matmul_params(c) * n + 4 * c.n_layer * c.d_model * prefix * n
+
+
+__all__ = ["KVCache", "LayerCache", "decode_flops", "kv_cache_bytes"]
