@@ -20,8 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tinyformer.attention import (causal_mask, repeat_kv,
-                                  scaled_dot_product_attention)
+from tinyformer.attention import causal_mask, repeat_kv, scaled_dot_product_attention
 from tinyformer.setup import check_int
 
 
@@ -46,9 +45,15 @@ class LayerCache:
                              f"max_len={self.max_len} positions and cannot "
                              f"take {k.shape[-2]} more; start a new cache "
                              f"(or clear() this one)")
-        self.k[:, :, start:end] = k         # in place: no new tensor
-        self.v[:, :, start:end] = v
+        # in place, no new tensor; detached: the cache keeps values, not graphs
+        self.k[:, :, start:end] = k.detach()
+        self.v[:, :, start:end] = v.detach()
         self.length = end
+        if k.requires_grad or v.requires_grad:
+            # run with gradients: the new positions keep theirs, the
+            # earlier ones are constants (as in Transformer-XL)
+            return (torch.cat((self.k[:, :, :start], k), dim=2),
+                    torch.cat((self.v[:, :, :start], v), dim=2))
         return self.k[:, :, :end], self.v[:, :, :end]
 
     def attend(self, attn, x, mask=None, context=None,

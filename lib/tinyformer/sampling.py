@@ -145,10 +145,23 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0,
                 top_k: int | None = None, top_p: float | None = None,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row of ``logits`` ``(B, V)``, shape ``(B, 1)``."""
+    _check_logits(logits)
+    _check_sampling(temperature, top_k, top_p)
+    return _draw(logits, temperature, top_k, top_p, generator)
+
+
+def _draw(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
+    """:func:`sample_next` on arguments already checked (once per
+    :func:`generate`, not at every step)."""
     if top_k == 1:  # greedy: the argmax (first on ties), no randomness
-        _check_sampling(temperature, top_k, top_p)
         return logits.argmax(dim=-1, keepdim=True)      # (B, 1)
-    probs = next_token_distribution(logits, temperature, top_k, top_p)
+    if temperature != 1:
+        logits = logits / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    probs = logits.softmax(dim=-1)                      # (B, V)
     return torch.multinomial(probs, 1, generator=generator)   # (B, 1)
 
 
@@ -269,7 +282,7 @@ def _generate_uncached(model, idx, max_new_tokens, block_size, sampling):
         # crop from the front: the newest tokens are the ones that matter
         context = idx if block_size is None else idx[:, -block_size:]
         logits = _last_logits(model, context)                     # (B, V)
-        idx_next = sample_next(logits, *sampling)                 # (B, 1)
+        idx_next = _draw(logits, *sampling)                       # (B, 1)
         idx = torch.cat((idx, idx_next.to(idx.dtype)), dim=1)
     return idx                                  # (B, T + max_new_tokens)
 
@@ -282,7 +295,7 @@ def _generate_cached(model, idx, max_new_tokens, block_size, sampling):
     tokens = [idx]                              # the prompt, then (B, 1) each
     logits = model(idx[:, -block_size:], cache=cache)[:, -1]   # the prompt
     for step in range(max_new_tokens):
-        idx_next = sample_next(logits, *sampling).to(idx.dtype)   # (B, 1)
+        idx_next = _draw(logits, *sampling).to(idx.dtype)         # (B, 1)
         tokens.append(idx_next)
         if step == max_new_tokens - 1:
             break
