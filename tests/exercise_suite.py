@@ -81,13 +81,24 @@ import torch
 import torch.nn as nn
 
 from tinyformer import checks
-from tinyformer.course import engine, grade
+from tinyformer.course import _nbrun, engine, grade
 from tinyformer.student import make_student
 
 from conftest import define, exercise_cells
 
 SEEDS = range(5)
 PAGE = 88           # the columns a verdict is folded to
+
+
+def harvest(name: str, fn, seed: int = 0, timeout: float = 30):
+    """What the grader's harvest cell records for ``fn`` (outputs, error, flags for library answers,
+    tampering) on the cases of ``seed``, and the verdict the grader gives it."""
+    ex = checks.EXERCISES[name]
+    cases = checks.cases_for(ex, seed)
+    rec = _nbrun.judge_function(fn, cases, engine.library_answer_keys(ex), timeout, engine)
+    verdict = checks.judge(ex, cases, checks.Outcome(outputs=rec["outputs"], error=rec["error"] and
+                                                     tuple(rec["error"]), mutated=rec["mutated"]))
+    return rec, verdict
 
 
 def verdict_for(name: str, fn, seed: int = 0) -> checks.Verdict:

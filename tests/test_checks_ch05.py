@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from exercise_suite import SEEDS, verdict_for
 
 from tinyformer import checks, sampling
-from tinyformer.course import _nbrun, ch05, engine
+from tinyformer.course import ch05, engine
 from tinyformer.model import GPT, GPTConfig
 
 from conftest import BOOK, define
@@ -849,18 +849,9 @@ def test_the_sampling_cases_are_built_to_expose_the_mistakes():
 # --------------------------------------------------------------------------- the grader's honesty flags
 
 
-def _harvest(name: str, fn, seed: int = 0):
-    ex = checks.EXERCISES[name]
-    cases = checks.cases_for(ex, seed)
-    rec = _nbrun.judge_function(fn, cases, engine.library_answer_keys(ex), 30, engine)
-    verdict = checks.judge(ex, cases, checks.Outcome(outputs=rec["outputs"], error=rec["error"] and
-                                                     tuple(rec["error"]), mutated=rec["mutated"]))
-    return rec, verdict
-
-
 @pytest.mark.parametrize("name", ALL)
 def test_honest_solutions_are_not_flagged(name):
-    rec, verdict = _harvest(name, solution(name))
+    rec, verdict = exercise_suite.harvest(name, solution(name))
     assert rec["flags"] == [] and rec["tampering"] == [], rec["flags"]
     assert verdict.status == checks.PASS, verdict.message
 
@@ -931,7 +922,7 @@ LIBRARY_ANSWERS = [
 @pytest.mark.parametrize("k", range(len(LIBRARY_ANSWERS)), ids=[f"{n}-{c}" for n, _, c in LIBRARY_ANSWERS])
 def test_the_library_answer_is_flagged(k):
     name, source, caught = LIBRARY_ANSWERS[k]
-    rec, verdict = _harvest(name, define(textwrap.dedent(source), checks.EXERCISES[name].function))
+    rec, verdict = exercise_suite.harvest(name, define(textwrap.dedent(source), checks.EXERCISES[name].function))
     assert caught in rec["flags"], rec["flags"]
     assert verdict.status == checks.PASS          # its outputs are right: the flag alone takes the credit
 
@@ -944,7 +935,7 @@ def test_the_library_greedy_is_flagged_and_named():
         def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
             return greedy(model, idx, max_new_tokens)
         """
-    rec, verdict = _harvest("sample_tokens", define(textwrap.dedent(source), "sample_tokens"))
+    rec, verdict = exercise_suite.harvest("sample_tokens", define(textwrap.dedent(source), "sample_tokens"))
     assert "tinyformer.sampling.greedy" in rec["flags"], rec["flags"]
     assert verdict.status == checks.FAIL and "you took the most likely token (greedy decoding)" in verdict.message
 
@@ -1039,8 +1030,6 @@ def test_count_reference_is_gpt2_small_on_the_meta_device(tie_weights):
     got = ch05.gpt_params_reference(50257, 1024, 12, 768, tie_weights)
     assert got == expected == GPT2_SMALL + (0 if tie_weights else 50257 * 768)
     assert type(got) is int
-
-
 
 
 # --------------------------------------------------------------------------- 5.6's reference

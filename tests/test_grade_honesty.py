@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import exercise_suite
 import pytest
 import test_checks_ch02
 import test_checks_ch03
@@ -21,15 +22,6 @@ from tinyformer.course.grade import Sandbox, _runtime_paths
 from conftest import define
 
 SOLUTIONS = {**test_checks_ch02.SOLUTIONS, **test_checks_ch03.SOLUTIONS, **test_checks_ch04.SOLUTIONS}
-
-
-def _harvest(name: str, fn, seed: int = 0, timeout: float = 30):
-    ex = checks.EXERCISES[name]
-    cases = checks.cases_for(ex, seed)
-    rec = _nbrun.judge_function(fn, cases, E.library_answer_keys(ex), timeout, E)
-    verdict = checks.judge(ex, cases, checks.Outcome(outputs=rec["outputs"], error=rec["error"] and
-                                                     tuple(rec["error"]), mutated=rec["mutated"]))
-    return rec, verdict
 
 
 def _fn(source: str, name: str):
@@ -49,7 +41,7 @@ def test_every_library_answer_names_a_function():
 
 @pytest.mark.parametrize("name", sorted(SOLUTIONS))
 def test_honest_solutions_are_not_flagged(name):
-    rec, verdict = _harvest(name, define(SOLUTIONS[name], checks.EXERCISES[name].function))
+    rec, verdict = exercise_suite.harvest(name, define(SOLUTIONS[name], checks.EXERCISES[name].function))
     assert rec["flags"] == [] and rec["tampering"] == [], rec["flags"]
     assert verdict.status == checks.PASS, verdict.message
 
@@ -93,7 +85,7 @@ LIBRARY_ANSWERS = {
 @pytest.mark.parametrize("name", sorted(LIBRARY_ANSWERS))
 def test_the_library_answer_is_flagged_by_any_name(name):
     source, caught = LIBRARY_ANSWERS[name]
-    rec, verdict = _harvest(name, _fn(source, name))
+    rec, verdict = exercise_suite.harvest(name, _fn(source, name))
     assert caught in rec["flags"], rec["flags"]
     assert verdict.status == checks.PASS          # its outputs are right: the flag alone takes the credit
 
@@ -111,7 +103,7 @@ def test_removing_the_profiler_is_tampering():
         from tinyformer.attention import multi_head_attention  # unseen: the profiler is gone
         return multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads)
 
-    rec, _ = _harvest("multi_head_attention", all_heads_at_once)
+    rec, _ = exercise_suite.harvest("multi_head_attention", all_heads_at_once)
     assert rec["tampering"] == ["the grader's profiler was removed while the function ran"]
 
 
@@ -120,7 +112,7 @@ def test_a_slow_function_times_out_and_exceptions_are_recorded():
         while True:
             pass
 
-    rec, verdict = _harvest("block_flops", block_flops, timeout=0.5)
+    rec, verdict = exercise_suite.harvest("block_flops", block_flops, timeout=0.5)
     assert rec["error"] == ("TimeoutError", "the function ran for more than 0.5 s") and rec["seconds"] < 5
 
     def stubborn(T, d_model, d_ff):                   # `except Exception` cannot eat the alarm
@@ -130,13 +122,13 @@ def test_a_slow_function_times_out_and_exceptions_are_recorded():
         except Exception:
             return 0
 
-    rec, _ = _harvest("block_flops", stubborn, timeout=0.3)
+    rec, _ = exercise_suite.harvest("block_flops", stubborn, timeout=0.3)
     assert rec["error"][0] == "TimeoutError"
 
     def raises(T, d_model, d_ff):
         raise SystemExit("bye " * 1000)
 
-    rec, verdict = _harvest("block_flops", raises)
+    rec, verdict = exercise_suite.harvest("block_flops", raises)
     assert rec["error"][0] == "SystemExit" and len(rec["error"][1]) <= 300 and verdict.status == checks.ERROR
 
 
@@ -148,7 +140,7 @@ def test_in_place_changes_are_recorded_like_run_cases():
         heads.zero_()
         return out
 
-    rec, verdict = _harvest("sum_over_heads", clobbers)
+    rec, verdict = exercise_suite.harvest("sum_over_heads", clobbers)
     cases = checks.cases_for(checks.EXERCISES["sum_over_heads"], 0)
     assert rec["mutated"] == checks.run_cases(clobbers, cases).mutated == [0]
     assert verdict.status == checks.FAIL

@@ -23,6 +23,7 @@ profile of one training step by kind of work (:func:`profile_step`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import numbers
@@ -639,8 +640,31 @@ def profile_step(step, repeats: int = 5) -> dict:
     return {part: ms / repeats for part, ms in parts.items()}
 
 
+def count_ops(fn) -> collections.Counter:
+    """The tensor operations one call of ``fn()`` runs, counted by name
+    (``aten.mm``, ``aten.add``, …) at the level where PyTorch dispatches
+    them to kernels: each costs a fixed overhead whatever its size. Views
+    and in-place writes count too; Python code between them does not."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Counter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    with _Counter() as counter:
+        fn()
+    return counter.ops
+
+
 __all__ = [
-    "BigramLM", "STEP_PARTS", "profile_step", "step_part",
+    "BigramLM", "STEP_PARTS", "count_ops", "profile_step", "step_part",
     "OneLayerAttention", "SUBLAYERS", "ZeroSublayer", "absolute_value_batch",
     "POSITION_SCHEMES", "PositionLM", "accuracy_by_position",
     "affine_floor", "block_grad_norms", "block_jacobians", "lookback_batch",

@@ -17,6 +17,7 @@ import torch
 
 from tinyformer import attention as A
 from tinyformer.course.engine import Exercise, register
+from tinyformer.course.engine import randint as _randint
 
 CHAPTER = "02-attention"
 F64 = torch.float64
@@ -24,11 +25,6 @@ F64 = torch.float64
 
 def _randn(g: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=F64) * scale
-
-
-def _randint(g: torch.Generator, low: int, high: int) -> int:
-    """A random int in [low, high]."""
-    return int(torch.randint(low, high + 1, (1,), generator=g))
 
 
 # --------------------------------------------------------------------------- the buggy-attention builder

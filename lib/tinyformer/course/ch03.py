@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tinyformer.attention import MultiHeadAttention
 from tinyformer.blocks import FeedForward, LayerNorm, TransformerBlock
 from tinyformer.course.engine import Exercise, _float32_round_trip, built, register, register_builder, run_cases
+from tinyformer.course.engine import randint as _randint
 
 CHAPTER = "03-transformer-block"
 F64 = torch.float64
@@ -27,11 +28,6 @@ def _randn(g: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
 
 def _rand(g: torch.Generator, *shape: int, low: float, high: float) -> torch.Tensor:
     return low + (high - low) * torch.rand(*shape, generator=g, dtype=F64)
-
-
-def _randint(g: torch.Generator, low: int, high: int) -> int:
-    """A random int in [low, high]."""
-    return int(torch.randint(low, high + 1, (1,), generator=g))
 
 
 def _tokens(g: torch.Generator, *shape: int, spread: float = 1.0) -> torch.Tensor:

@@ -22,16 +22,12 @@ from collections.abc import Callable
 import torch
 
 from tinyformer.course.engine import Exercise, register, safe_diagnosis
+from tinyformer.course.engine import randint as _randint
 from tinyformer.positions import apply_rotary, binary_positions, sinusoidal_positions
 
 CHAPTER = "04-positions"
 F64 = torch.float64
 BASE = 10000.0
-
-
-def _randint(g: torch.Generator, low: int, high: int) -> int:
-    """A random int in [low, high]."""
-    return int(torch.randint(low, high + 1, (1,), generator=g))
 
 
 def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:

@@ -43,16 +43,13 @@ import torch
 import torch.nn.functional as F
 
 from tinyformer.course.engine import Exercise, _fresh, built, register, register_builder, safe_diagnosis
+from tinyformer.course.engine import as_int as _as_int
+from tinyformer.course.engine import randint as _randint
 from tinyformer.model import GPT, GPTConfig, gpt_param_count
 from tinyformer.sampling import generate, next_token_distribution
 
 CHAPTER = "05-gpt"
 F64 = torch.float64
-
-
-def _randint(g: torch.Generator, low: int, high: int) -> int:
-    """A random int in [low, high]."""
-    return int(torch.randint(low, high + 1, (1,), generator=g))
 
 
 def _uniform(g: torch.Generator, low: float, high: float) -> float:
@@ -392,15 +389,6 @@ GPT_MISTAKES = [(lambda V, T, L, d, tied=True: 12 * L * d * d,
                  "asks for the exact count: add the embeddings, the biases, the layer norms, and an untied LM "
                  "head.")]
 GPT_MISTAKES += [(_gpt(**slips), hint) for slips, hint, _ in GPT_SLIPS]
-
-
-def _as_int(x):
-    """``x`` as an int if it is a whole number, else None."""
-    if type(x) is int:
-        return x
-    if type(x) is float and math.isfinite(x) and x.is_integer():
-        return int(x)
-    return None
 
 
 def _two_slips(cases, outputs, refs) -> tuple[str, str] | None:

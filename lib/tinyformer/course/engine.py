@@ -144,6 +144,20 @@ class Exercise:
 EXERCISES: dict[str, Exercise] = {}
 
 
+def randint(g: torch.Generator, low: int, high: int) -> int:
+    """A random int in [low, high], drawn from ``g`` (for the exercises' random cases)."""
+    return int(torch.randint(low, high + 1, (1,), generator=g))
+
+
+def as_int(x):
+    """``x`` as an int if it is a whole number (an int, or a finite float with no fraction), else None."""
+    if type(x) is int:
+        return x
+    if type(x) is float and math.isfinite(x) and x.is_integer():
+        return int(x)
+    return None
+
+
 def safe_diagnosis(diagnose: Callable) -> Callable:
     """Wrap an exercise's ``diagnose`` so that it gives up (None: the engine's own message)
     rather than raise on an odd output."""
