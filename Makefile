@@ -80,6 +80,7 @@ grade: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/attention_cost.py
 	$(PY) benchmarks/train_throughput.py
+	$(PY) benchmarks/kv_cache.py
 
 clean:
 	rm -rf _build student grades
