@@ -55,9 +55,9 @@ class GrowingLayer(LayerCache):
         self.max_len += 1          # never full: it grows
         return self.k, self.v
 
-    def _project(self, attn, x):
+    def _project(self, attn, x, start):
         if self.stacked:
-            return super()._project(attn, x)
+            return super()._project(attn, x, start)
         B, T, _ = x.shape          # three kernels, one per projection
         return tuple(p(x).view(B, T, -1, attn.d_head).transpose(1, 2)
                      for p in (attn.q_proj, attn.k_proj, attn.v_proj))
@@ -68,8 +68,8 @@ class ThreeKernels(LayerCache):
 
     stacked = False
 
-    def _project(self, attn, x):
-        return GrowingLayer._project(self, attn, x)
+    def _project(self, attn, x, start):
+        return GrowingLayer._project(self, attn, x, start)
 
 
 def make_cache(model, kind: str) -> KVCache:

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from tinyformer.attention import MultiHeadAttention, repeat_kv
-from tinyformer.kvcache import KVCache, LayerCache, decode_flops, kv_cache_bytes
-from tinyformer.model import GPT, GPTConfig, gpt_param_count, matmul_params
+from tinyformer.kvcache import KVCache, LayerCache, kv_cache_bytes
+from tinyformer.model import GPT, GPTConfig, decode_flops, gpt_param_count, matmul_params
 from tinyformer.sampling import generate
 from tinyformer.toy import BigramLM
 
@@ -344,3 +344,36 @@ def test_memory_example_of_a_7b_model_matches_the_arithmetic():
     """Llama-2-7B-like: 32 layers, 32 heads of 128, 4096 tokens, 16-bit: 2 GiB per sequence."""
     assert kv_cache_bytes(32, 32, 128, 4096, 2) / 2 ** 30 == 2.0
     assert math.isclose(kv_cache_bytes(80, 8, 128, 4096, 2) / 2 ** 30, 1.25)
+
+
+def test_logits_skips_the_checks_but_computes_forward():
+    model = small("rotary")
+    idx = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(14))
+    with torch.no_grad():
+        torch.testing.assert_close(model.logits(idx), model(idx), atol=0, rtol=0)
+        a, b = model.new_cache(2), model.new_cache(2)
+        torch.testing.assert_close(model.logits(idx, cache=a), model(idx, cache=b), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="vocab_size"):
+        model(torch.full((1, 2), 50))
+
+
+def test_a_model_can_be_copied_after_a_cached_forward_with_gradients():
+    import copy
+    model = small().train()
+    idx = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(15))
+    cached_logits(model, idx, [2, 3]).sum().backward()
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        torch.testing.assert_close(cached_logits(twin.eval(), idx, [5]), model.eval()(idx), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_grouped_query_decoding_reads_the_cache_without_copying_it(fused):
+    """The cached step with one key/value head runs no repeat_interleave (the cache is not copied)."""
+    from tinyformer.toy import count_ops
+    model = small(n_kv_head=1, fused=fused)
+    cache = model.new_cache(1)
+    with torch.no_grad():
+        model(torch.zeros(1, 4, dtype=torch.long), cache=cache)
+        ops = count_ops(lambda: model(torch.zeros(1, 1, dtype=torch.long), cache=cache))
+    assert "aten.repeat_interleave" not in ops and sum(ops.values()) > 0

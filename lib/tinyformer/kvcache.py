@@ -17,10 +17,12 @@ step writes into it instead of growing tensors with ``torch.cat``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-from tinyformer.attention import causal_mask, repeat_kv, scaled_dot_product_attention
+from tinyformer.attention import causal_mask, scaled_dot_product_attention
 from tinyformer.setup import check_int
 
 
@@ -33,7 +35,6 @@ class LayerCache:
         self.k, self.v = k, v               # views into the KVCache's storage
         self.max_len = k.shape[-2]
         self.length = 0                     # positions held so far
-        self._qkv = None                    # stacked projections, see attend
 
     def append(self, k: torch.Tensor, v: torch.Tensor):
         """Write the new positions' ``k``, ``v`` ``(B, n_kv_heads, T, d_head)``
@@ -45,16 +46,22 @@ class LayerCache:
                              f"max_len={self.max_len} positions and cannot "
                              f"take {k.shape[-2]} more; start a new cache "
                              f"(or clear() this one)")
-        # in place, no new tensor; detached: the cache keeps values, not graphs
+        if k.requires_grad or v.requires_grad:   # a run with gradients:
+            return self._append_with_grad(k, v)  # see below
+        self.k[:, :, start:end] = k         # in place: no new tensor
+        self.v[:, :, start:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def _append_with_grad(self, k, v):
+        """The cache keeps values, not graphs: the new positions keep their
+        gradient, the earlier ones are constants (as in Transformer-XL)."""
+        start, end = self.length, self.length + k.shape[-2]
         self.k[:, :, start:end] = k.detach()
         self.v[:, :, start:end] = v.detach()
         self.length = end
-        if k.requires_grad or v.requires_grad:
-            # run with gradients: the new positions keep theirs, the
-            # earlier ones are constants (as in Transformer-XL)
-            return (torch.cat((self.k[:, :, :start], k), dim=2),
-                    torch.cat((self.v[:, :, :start], v), dim=2))
-        return self.k[:, :, :end], self.v[:, :, :end]
+        return (torch.cat((self.k[:, :, :start], k), dim=2),
+                torch.cat((self.v[:, :, :start], v), dim=2))
 
     def attend(self, attn, x, mask=None, context=None,
                return_weights: bool = False):
@@ -66,40 +73,58 @@ class LayerCache:
         if asked)."""
         self._check(attn, x, mask, context)
         B, T, _ = x.shape
+        H, H_kv, d = attn.n_heads, attn.n_kv_heads, attn.d_head
         start = self.length               # position of the first new token
-        q, k, v = self._project(attn, x)  # q (B, H, T, d); k, v (B, H_kv, T, d)
+        # q (B, H, T, d); k and v (B, H_kv, T, d)
+        q, k, v = self._project(attn, x, start)
         if attn.rotary is not None:       # rotate by the true positions
             q, k = attn.rotary(q, start), attn.rotary(k, start)
         k, v = self.append(k, v)          # (B, H_kv, start + T, d): all so far
-        k, v = repeat_kv(k, attn.n_heads), repeat_kv(v, attn.n_heads)
-        # new query i sits at position start + i and sees keys 0 … start + i;
-        # a single new query sees every key, so it needs no mask at all
-        mask = None if T == 1 else causal_mask(start + T, x.device)[start:]
-        if attn.fused and not return_weights:
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                   scale=attn.scale)
+        # new query i sits at position start + i and sees keys 0 … start + i:
+        # one new query sees every key (no mask); a first chunk is ordinary
+        # causal attention; a later chunk needs the mask shifted by start
+        causal = start == 0 and T > 1
+        mask = (None if T == 1 or causal else torch.ones(
+            T, start + T, dtype=torch.bool, device=x.device).tril(start))
+        if attn.fused and not return_weights:   # torch's kernel groups heads
+            heads = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, scale=attn.scale,
+                enable_gqa=H_kv < H)
             weights = None
-        else:
+        else:   # group the query heads by the key/value head they share
+            q = q.view(B, H_kv, H // H_kv, T, d)     # (B, H_kv, group, T, d)
+            k, v = k.unsqueeze(2), v.unsqueeze(2)    # (B, H_kv, 1, ·, d)
+            if causal:
+                mask = causal_mask(T, x.device)
             heads, weights = scaled_dot_product_attention(q, k, v, mask,
                                                           attn.scale)
+            heads = heads.view(B, H, T, d)
+            weights = weights.view(B, H, T, start + T)
         out = attn.o_proj(heads.transpose(1, 2).reshape(B, T, attn.d_model))
         return (out, weights) if return_weights else out
 
-    def _project(self, attn, x):
-        """``q_proj``, ``k_proj`` and ``v_proj`` of ``x`` as one matrix
-        product, split into heads: one kernel instead of three, because at
-        one token per step a call costs more than its arithmetic. The
-        weights are stacked when the cache starts a sequence (a cache is
-        only valid while the weights stay as they were anyway), and at
-        every step when gradients are on, so that they reach the weights."""
-        if self.length == 0 or self._qkv is None or torch.is_grad_enabled():
+    def _project(self, attn, x: torch.Tensor, start: int):
+        """``q_proj``, ``k_proj`` and ``v_proj`` of ``x`` ``(B, T, d_model)``
+        as one matrix product, split into heads: one kernel instead of
+        three, because at one token per step a call costs more than its
+        arithmetic.
+
+        The three weights are stacked into one matrix kept beside the layer
+        (a copy of them: memory traded for speed), rebuilt when a sequence
+        starts (``start == 0``: a cache is only valid while the weights stay
+        as they were anyway). With gradients on they are stacked afresh at
+        every call and not kept, so that gradients reach the weights."""
+        stacked = attn.__dict__.get("_stacked_qkv")
+        if start == 0 or stacked is None or torch.is_grad_enabled():
             lins = (attn.q_proj, attn.k_proj, attn.v_proj)
             W = torch.cat([lin.weight for lin in lins])  # (d_model+2·d_kv, ·)
             b = (None if attn.q_proj.bias is None
                  else torch.cat([lin.bias for lin in lins]))
-            self._qkv = (W, b)
+            stacked = (W, b)
+            if not torch.is_grad_enabled():
+                attn.__dict__["_stacked_qkv"] = stacked
         B, T, _ = x.shape
-        qkv = F.linear(x, *self._qkv)                  # (B, T, d_model+2·d_kv)
+        qkv = F.linear(x, *stacked)                 # (B, T, d_model + 2·d_kv)
         qkv = qkv.view(B, T, -1, attn.d_head).transpose(1, 2)
         return qkv.split((attn.n_heads, attn.n_kv_heads, attn.n_kv_heads),
                          dim=1)
@@ -200,30 +225,7 @@ def kv_cache_bytes(n_layer: int, n_kv_heads: int, d_head: int, T: int,
         ("d_head", d_head), ("T", T),
         ("bytes_per_element", bytes_per_element),
         ("batch_size", batch_size))]
-    out = 2
-    for s in sizes:
-        out *= s
-    return out
+    return 2 * math.prod(sizes)
 
 
-def decode_flops(config, prefix: int, cached: bool) -> int:
-    """Forward FLOPs of one decoding step whose context holds ``prefix``
-    tokens (the new token included), 2 per multiply-add.
-
-    Uncached, the model reruns all ``prefix`` positions:
-    ``2·N_matmul·prefix`` for the weights and ``4·n_layer·d_model·prefix²``
-    for ``QKᵀ`` and ``weights·V``. Cached, only the new position runs:
-    ``2·N_matmul + 4·n_layer·d_model·prefix``. (``N_matmul`` counts the LM
-    head at every position, which is what ``model(idx)`` computes; the
-    causal half of the scores is not subtracted.)"""
-    from tinyformer.model import _check_config, matmul_params
-
-    c = _check_config(config)
-    prefix = check_int("prefix", prefix)
-    if not isinstance(cached, bool):
-        raise TypeError(f"cached must be True or False, got {cached!r}")
-    n = 1 if cached else prefix          # positions run through the model
-    return 2 * matmul_params(c) * n + 4 * c.n_layer * c.d_model * prefix * n
-
-
-__all__ = ["KVCache", "LayerCache", "decode_flops", "kv_cache_bytes"]
+__all__ = ["KVCache", "LayerCache", "kv_cache_bytes"]

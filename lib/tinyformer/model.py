@@ -151,6 +151,13 @@ class GPT(nn.Module):
         held, attend to those through the cache, and are appended to it."""
         start = 0 if cache is None else self._check_cache(cache, idx)
         self._check_idx(idx, start)
+        return self.logits(idx, cache)
+
+    def logits(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
+        """:meth:`forward` without checking ``idx`` first: for a loop that
+        checked its input once, such as ``generate`` (a check of every id
+        costs operations, and on a GPU a wait, at every step)."""
+        start = 0 if cache is None else cache.length  # new tokens go after
         T = idx.shape[1]
         x = self.token_embedding(idx)                 # (B, T, d_model)
         if self.config.positions == "learned":        # rows start … start+T-1
@@ -247,7 +254,25 @@ def training_flops_per_token(config: GPTConfig, T: int | None = None) -> int:
     return 6 * matmul_params(c) + 12 * c.n_layer * c.d_model * T
 
 
+def decode_flops(config, prefix: int, cached: bool) -> int:
+    """Forward FLOPs of one decoding step whose context holds ``prefix``
+    tokens (the new token included), 2 per multiply-add.
+
+    Uncached, the model reruns all ``prefix`` positions:
+    ``2·N_matmul·prefix`` for the weights and ``4·n_layer·d_model·prefix²``
+    for ``QKᵀ`` and ``weights·V``. Cached, only the new position runs:
+    ``2·N_matmul + 4·n_layer·d_model·prefix``. (``N_matmul`` counts the LM
+    head at every position, which is what ``model(idx)`` computes; the
+    causal half of the scores is not subtracted.)"""
+    c = _check_config(config)
+    prefix = check_int("prefix", prefix)
+    if not isinstance(cached, bool):
+        raise TypeError(f"cached must be True or False, got {cached!r}")
+    n = 1 if cached else prefix          # positions run through the model
+    return 2 * matmul_params(c) * n + 4 * c.n_layer * c.d_model * prefix * n
+
+
 __all__ = [
-    "GPT", "GPTConfig", "gpt_param_count", "kaplan_estimate",
+    "GPT", "GPTConfig", "decode_flops", "gpt_param_count", "kaplan_estimate",
     "matmul_params", "training_flops_per_token",
 ]

@@ -226,8 +226,10 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int,
 
     ``use_cache=True`` (for a model with a ``new_cache`` method, such as
     ``GPT``) keeps every layer's keys and values (chapter 8): the prompt
-    runs once, then each step runs the one new token. Once the context
-    window is full, every step refills the cache from the last
+    runs once, then each step runs the one new token (through
+    ``model.logits``, which skips the input checks, if the model has it).
+    Once the context window is full, every step refills the cache from the
+    last
     ``block_size`` tokens, so that the tokens stay exactly those of
     ``use_cache=False``. Other models recompute the window every step.
     """
@@ -263,6 +265,9 @@ def _small_kernels(model, idx, cached: bool):
     threads = torch.get_num_threads()
     c = getattr(model, "config", None)
     width = getattr(c, "d_model", 0) * getattr(c, "d_ff", 0) or 0
+    # below 2**19 multiply-adds in a step's largest product (d_model=128,
+    # d_ff=512: 65,536 per sequence) a second thread cost more than it
+    # saved on this book's 2-core machine; d_model=384 (589,824) keeps all
     one = (cached and idx.device.type == "cpu"
            and idx.shape[0] * width < 2 ** 19)
     mkldnn = torch.backends.mkldnn.enabled
@@ -294,17 +299,19 @@ def _generate_cached(model, idx, max_new_tokens, block_size, sampling):
     cache = model.new_cache(idx.shape[0])
     tokens = [idx]                              # the prompt, then (B, 1) each
     logits = model(idx[:, -block_size:], cache=cache)[:, -1]   # the prompt
+    # the prompt was checked; sampled ids need no check at every step
+    step_logits = getattr(model, "logits", model)
     for step in range(max_new_tokens):
         idx_next = _draw(logits, *sampling).to(idx.dtype)         # (B, 1)
         tokens.append(idx_next)
         if step == max_new_tokens - 1:
             break
         if cache.length < block_size:           # one new position: cheap
-            logits = model(idx_next, cache=cache)[:, -1]          # (B, V)
+            logits = step_logits(idx_next, cache=cache)[:, -1]     # (B, V)
         else:   # window full: every position moves, so recompute them all
             cache.clear()
             window = torch.cat(tokens, dim=1)[:, -block_size:]
-            logits = model(window, cache=cache)[:, -1]
+            logits = step_logits(window, cache=cache)[:, -1]
     return torch.cat(tokens, dim=1)             # (B, T + max_new_tokens)
 
 
