@@ -229,8 +229,7 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int,
     runs once, then each step runs the one new token (through
     ``model.logits``, which skips the input checks, if the model has it).
     Once the context window is full, every step refills the cache from the
-    last
-    ``block_size`` tokens, so that the tokens stay exactly those of
+    last ``block_size`` tokens, so that the tokens stay exactly those of
     ``use_cache=False``. Other models recompute the window every step.
     """
     _check_generate(model, idx, generator, use_cache)
