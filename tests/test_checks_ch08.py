@@ -138,6 +138,14 @@ def attend_overwrite(q, k_new, v_new, k_cache, v_cache):
     return out, k_cache, v_cache
 
 
+def attend_new_keys_only(q, k_new, v_new, k_cache, v_cache):
+    """Appends correctly, then attends with the new keys and values instead of the whole cache."""
+    k_all = torch.cat([k_cache, k_new], dim=2)
+    v_all = torch.cat([v_cache, v_new], dim=2)
+    out = F.scaled_dot_product_attention(q, k_new, v_new, is_causal=True)
+    return out, k_all, v_all
+
+
 def attend_is_causal(q, k_new, v_new, k_cache, v_cache):
     """is_causal=True with fewer queries than keys: torch aligns the mask top-left."""
     k = torch.cat([k_cache, k_new], dim=-2)
@@ -177,6 +185,7 @@ def attend_float32(q, k_new, v_new, k_cache, v_cache):
 
 ATTEND_WRONG = [
     (attend_overwrite, "the cache was overwritten: k_all and v_all must hold the L cached positions"),
+    (attend_new_keys_only, "your k_all and v_all are right, but the attention used the new keys and values alone"),
     (learner_attend(diagonal="0"), "your mask places the new queries at positions 0 … T-1 (top-left"),
     (attend_is_causal, "your mask places the new queries at positions 0 … T-1 (top-left"),
     (attend_sliced_mask, "your mask places the new queries at positions 0 … T-1 (top-left"),

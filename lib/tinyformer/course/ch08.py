@@ -90,14 +90,18 @@ def _attend(*, cache="append", shift="L", scale=True, dim=-1):
     """Attention with a cache, with the mistakes named by the keywords; the defaults are right.
 
     cache: "append" (right), "overwrite" (k_all = k_new, v_all = v_new: the new positions alone,
-    causally masked among themselves) or "prepend" (the new positions before the cached ones, the
-    mask as if they were after them). shift: the diagonal of the (T, L + T) mask's tril, "L"
+    causally masked among themselves), "new only" (k_all and v_all right, but the attention over
+    the new positions alone) or "prepend" (the new positions before the cached ones, the mask as if
+    they were after them). shift: the diagonal of the (T, L + T) mask's tril, "L"
     (right), "0" (top-left: the new queries as if they started at position 0), "L-1", "L+1", or
     "none" (no mask). scale: divide the scores by √d. dim: the softmax's axis. A query row with no
     allowed key comes out NaN (masked_fill with -inf, then the softmax).
     """
     def wrong(q, k_new, v_new, k_cache, v_cache):
         L, T = k_cache.shape[-2], q.shape[-2]
+        if cache == "new only":
+            out, _, _ = _attend(cache="overwrite")(q, k_new, v_new, k_cache, v_cache)
+            return out, torch.cat((k_cache, k_new), dim=-2), torch.cat((v_cache, v_new), dim=-2)
         if cache == "overwrite":
             k_all, v_all, L = k_new, v_new, 0
         elif cache == "prepend":
@@ -118,6 +122,9 @@ def _attend(*, cache="append", shift="L", scale=True, dim=-1):
 CACHE_OVERWRITE = ("the cache was overwritten: k_all and v_all must hold the L cached positions followed by the T "
                    "new ones, torch.cat((k_cache, k_new), dim=-2), so that the new queries attend to every earlier "
                    "position too (yours attend to the new positions only).")
+CACHE_NEW_ONLY = ("your k_all and v_all are right, but the attention used the new keys and values alone: score the "
+                  "new queries against k_all, all L + T positions, and mix v_all, so that they see the cached "
+                  "positions too.")
 CACHE_TOP_LEFT = ("your mask places the new queries at positions 0 … T-1 (top-left: torch.ones(T, L + T).tril(), or "
                   "F.scaled_dot_product_attention(..., is_causal=True) with fewer queries than keys), so a single new "
                   "query sees key 0 alone. New query i sits at position L + i: shift the mask by L, "
@@ -152,6 +159,7 @@ CACHE_GENERIC = ("append the new keys and values after the cached ones, torch.ca
 
 CACHE_MISTAKES = [
     (_attend(cache="overwrite"), CACHE_OVERWRITE),
+    (_attend(cache="new only"), CACHE_NEW_ONLY),
     (_attend(shift="0"), CACHE_TOP_LEFT),
     (_attend(shift="L-1"), CACHE_MINUS_ONE),
     (_attend(shift="L+1"), CACHE_PLUS_ONE),
