@@ -1,0 +1,141 @@
+"""Training (chapter 6): schedules against their closed forms, batches and packing, a loss that
+falls, and a run stopped and resumed that ends with bitwise the same weights."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tinyformer.data import english_split, english_text, get_batch, pack_documents
+from tinyformer.model import GPT, GPTConfig
+from tinyformer.training import cosine_lr, estimate_loss, noam_lr, train
+
+
+def tiny(seed=0, **changes):
+    torch.manual_seed(seed)
+    sizes = dict(vocab_size=20, block_size=16, n_layer=2, n_head=2, d_model=16)
+    return GPT(GPTConfig(**{**sizes, **changes}))
+
+
+STREAM = torch.arange(400) % 17  # a periodic stream: easy to learn
+
+
+# --- schedules -------------------------------------------------------------------------------------
+
+def test_noam_lr_is_the_papers_formula():
+    for step in (1, 10, 399, 400, 401, 10_000):
+        want = 512 ** -0.5 * min(step ** -0.5, step * 400 ** -1.5)
+        assert noam_lr(step, 512, 400) == pytest.approx(want, rel=1e-12)
+    peak = max(range(1, 2000), key=lambda s: noam_lr(s, 512, 400))
+    assert peak == 400
+    with pytest.raises(ValueError, match="step"):
+        noam_lr(0, 512, 400)
+
+
+def test_cosine_lr_warms_up_then_decays_to_the_floor():
+    assert cosine_lr(1, 1.0, 10, 110) == pytest.approx(0.1)
+    assert cosine_lr(10, 1.0, 10, 110) == pytest.approx(1.0)
+    assert cosine_lr(60, 1.0, 10, 110, 0.1) == pytest.approx(0.55)   # half way: the mean
+    assert cosine_lr(110, 1.0, 10, 110, 0.1) == pytest.approx(0.1)
+    assert cosine_lr(500, 1.0, 10, 110, 0.1) == 0.1
+    lrs = [cosine_lr(s, 1.0, 10, 110) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+def test_get_batch_targets_are_the_inputs_shifted_by_one():
+    data = torch.arange(100)
+    x, y = get_batch(data, 8, 10, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (8, 10) and x.dtype == torch.long
+    assert torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(y[:, -1], x[:, -1] + 1)
+    x2, _ = get_batch(data, 8, 10, torch.Generator().manual_seed(0))
+    assert torch.equal(x, x2)
+    assert int(x.max()) < 99 and int(y.max()) <= 99
+    with pytest.raises(ValueError, match="block_size=100 needs at least 101 tokens"):
+        get_batch(data, 2, 100)
+    with pytest.raises(TypeError, match="integer token ids"):
+        get_batch(torch.rand(50), 2, 4)
+
+
+def test_pack_documents_separates_documents_with_end_of_text():
+    stream = pack_documents([[1, 2, 3], torch.tensor([4, 5])], eot_id=0)
+    assert stream.tolist() == [1, 2, 3, 0, 4, 5, 0]
+    windows = pack_documents([[1, 2, 3], [4, 5], [6, 7, 8, 9]], eot_id=0, block_size=4)
+    assert windows.tolist() == [[1, 2, 3, 0, 4], [4, 5, 0, 6, 7]]
+    with pytest.raises(ValueError, match="too few for one window"):
+        pack_documents([[1]], eot_id=0, block_size=8)
+    with pytest.raises(ValueError, match="non-empty list"):
+        pack_documents([], eot_id=0)
+
+
+def test_english_split_is_deterministic_and_disjoint():
+    train_text, val_text = english_split()
+    paragraphs = english_text().split("\n")
+    assert train_text.count("\n") + val_text.count("\n") + 2 == len(paragraphs)
+    assert 0.08 < len(val_text) / (len(train_text) + len(val_text)) < 0.12
+    assert english_split() == (train_text, val_text)
+    assert val_text.split("\n") == paragraphs[9::10]
+
+
+# --- training --------------------------------------------------------------------------------------
+
+def test_training_lowers_the_loss_and_records_history():
+    model = tiny()
+    before = estimate_loss(model, STREAM, 8, 16)
+    hist = train(model, STREAM, steps=60, batch_size=8, lr=1e-2, warmup=5, val_data=STREAM,
+                 eval_every=20, progress=False)
+    assert len(hist["loss"]) == 60 and hist["val_step"] == [20, 40, 60]
+    assert hist["val_loss"][-1] < 0.5 * before
+    assert hist["lr"][4] == pytest.approx(1e-2) and hist["lr"][-1] == pytest.approx(1e-3)
+    assert model.training
+
+
+def test_a_stopped_run_resumes_to_bitwise_the_same_weights(tmp_path):
+    kwargs = dict(steps=24, batch_size=4, lr=5e-3, warmup=4, val_data=STREAM, eval_every=6,
+                  progress=False)
+    straight = tiny()
+    train(straight, STREAM, **kwargs)
+
+    calls = {"n": 0}
+
+    def interrupted_loss(m, x, y):
+        calls["n"] += m.training       # training batches only, not validation ones
+        if calls["n"] == 11:           # during step 11: steps 1-10 are done
+            raise KeyboardInterrupt
+        return m.loss(x, y)
+
+    path = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(), STREAM, checkpoint=path, loss_fn=interrupted_loss, **kwargs)
+    assert torch.load(path, weights_only=False)["step"] == 10
+    resumed = tiny(seed=99)            # a fresh process: other initial weights
+    hist = train(resumed, STREAM, checkpoint=path, **kwargs)
+    assert hist["step"] == list(range(1, 25))
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_a_checkpoint_from_another_configuration_is_refused(tmp_path):
+    path = tmp_path / "run.pt"
+    train(tiny(), STREAM, steps=2, batch_size=2, checkpoint=path, progress=False)
+    with pytest.raises(ValueError, match="does not fit this model.*d_model=16 \\(now 32\\)"):
+        train(tiny(d_model=32), STREAM, steps=4, batch_size=2, checkpoint=path, progress=False)
+
+
+def test_noam_and_adam_run():
+    hist = train(tiny(), STREAM, steps=5, batch_size=2, schedule="noam", optimizer="adam", warmup=2,
+                 lr=1.0, progress=False)
+    assert hist["lr"][1] == pytest.approx(noam_lr(2, 16, 2))
+    assert all(math.isfinite(v) for v in hist["loss"])
+
+
+def test_bad_training_input_gets_clear_errors():
+    with pytest.raises(ValueError, match="fewer than block_size"):
+        train(tiny(), torch.arange(10), steps=1, batch_size=1, progress=False)
+    with pytest.raises(ValueError, match="schedule must be"):
+        train(tiny(), STREAM, steps=1, batch_size=1, schedule="linear", progress=False)
+    with pytest.raises(ValueError, match="steps"):
+        train(tiny(), STREAM, steps=0, batch_size=1, progress=False)
