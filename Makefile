@@ -81,6 +81,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/attention_cost.py
 	$(PY) benchmarks/train_throughput.py
 	$(PY) benchmarks/kv_cache.py
+	$(PY) benchmarks/bpe.py
 
 clean:
 	rm -rf _build student grades
