@@ -139,3 +139,37 @@ def test_bad_training_input_gets_clear_errors():
         train(tiny(), STREAM, steps=1, batch_size=1, schedule="linear", progress=False)
     with pytest.raises(ValueError, match="steps"):
         train(tiny(), STREAM, steps=0, batch_size=1, progress=False)
+
+
+# --- public corpora --------------------------------------------------------------------------------
+
+def test_load_corpus_verifies_and_reads_through_pooch(tmp_path, monkeypatch):
+    import pooch
+
+    from tinyformer import data
+    seen = {}
+
+    def fake_retrieve(url, known_hash, path, fname, progressbar):
+        seen.update(url=url, known_hash=known_hash, path=path, fname=fname)
+        (tmp_path / fname).write_text("First Citizen:\nBefore we proceed", encoding="utf-8")
+        return str(tmp_path / fname)
+
+    monkeypatch.setattr(pooch, "retrieve", fake_retrieve)
+    text = data.load_corpus("tiny-shakespeare", cache_dir=tmp_path)
+    assert text.startswith("First Citizen") and seen["known_hash"].startswith("sha256:")
+    assert seen["url"].endswith("tinyshakespeare/input.txt") and seen["path"] == tmp_path
+
+
+def test_load_corpus_errors_name_the_problem(monkeypatch):
+    import pooch
+
+    from tinyformer import data
+    with pytest.raises(ValueError, match="unknown corpus 'shakespeare'.*tiny-shakespeare"):
+        data.load_corpus("shakespeare")
+
+    def offline(*args, **kwargs):
+        raise OSError("Temporary failure in name resolution")
+
+    monkeypatch.setattr(pooch, "retrieve", offline)
+    with pytest.raises(ConnectionError, match="Are you offline"):
+        data.load_corpus("tiny-shakespeare")

@@ -13,7 +13,9 @@ the two commonest punctuation marks.
 
 from __future__ import annotations
 
+import random
 import re
+from dataclasses import dataclass, field
 
 import torch
 
@@ -129,5 +131,161 @@ def get_batch(data, batch_size: int, block_size: int,
     return x, y
 
 
-__all__ = ["WORD_PATTERN", "english_split", "english_text", "get_batch",
-           "pack_documents", "words"]
+# --------------------------------------------------------------------------- a synthetic language
+
+# Winograd-style templates: the pronoun "it" refers to the first or the second
+# noun depending on the adjective at the end (Levesque et al., 2012).
+# (template, first nouns, second nouns, adjectives for the first, for the second)
+PRONOUN_TEMPLATES = [
+    ("the {a} did not cross the {b} because it was too {adj} .",
+     ["chicken", "dog", "cat", "horse", "cow", "goat", "sheep", "fox", "duck",
+      "pig"],
+     ["road", "river", "street", "bridge", "field", "stream", "square", "valley"],
+     ["tired", "scared", "slow", "lazy", "old", "weak"],
+     ["wide", "busy", "long", "wet", "steep", "icy"]),
+    ("the {a} did not fit in the {b} because it was too {adj} .",
+     ["trophy", "box", "table", "piano", "sofa", "bed", "lamp", "chair"],
+     ["suitcase", "car", "room", "van", "hall", "lift", "bag", "cupboard"],
+     ["big", "large", "tall", "wide", "heavy"],
+     ["small", "narrow", "tiny", "short", "full"]),
+    ("the {a} could not lift the {b} because it was too {adj} .",
+     ["man", "woman", "boy", "girl", "child", "farmer", "porter", "nurse"],
+     ["rock", "sack", "crate", "log", "barrel", "stone", "anvil", "trunk"],
+     ["weak", "tired", "small", "young", "ill"],
+     ["heavy", "big", "large", "bulky", "massive"]),
+]
+RELATIONS = {
+    "capital": [("france", "paris"), ("italy", "rome"), ("spain", "madrid"),
+                ("germany", "berlin"), ("japan", "tokyo"), ("egypt", "cairo"),
+                ("peru", "lima"), ("kenya", "nairobi"), ("canada", "ottawa"),
+                ("greece", "athens"), ("norway", "oslo"), ("poland", "warsaw"),
+                ("chile", "santiago"), ("india", "delhi"), ("china", "beijing"),
+                ("russia", "moscow")],
+    "gender": [("king", "queen"), ("man", "woman"), ("boy", "girl"),
+               ("father", "mother"), ("brother", "sister"),
+               ("uncle", "aunt"), ("prince", "princess"), ("son", "daughter"),
+               ("husband", "wife"), ("actor", "actress"), ("nephew", "niece"),
+               ("waiter", "waitress")],
+    "plural": [("cat", "cats"), ("dog", "dogs"), ("mouse", "mice"),
+               ("child", "children"), ("box", "boxes"), ("city", "cities"),
+               ("foot", "feet"), ("tooth", "teeth"), ("wolf", "wolves"),
+               ("leaf", "leaves"), ("goose", "geese"), ("bus", "buses")],
+}
+RELATION_TEMPLATES = {
+    "capital": "the capital of {x} is {y} .",
+    "gender": "he is a {x} and she is a {y} .",
+    "plural": "one {x} , two {y} .",
+}
+FILLER = ["the", "sun", "rose", "over", "a", "quiet", "town", "and", "people",
+          "walked", "to", "market", "with", "bread", "in", "their", "bags",
+          "while", "birds", "sang", "near", "old", "walls"]
+
+
+@dataclass
+class SyntheticCorpus:
+    """Text generated from a small grammar, with its ground truth.
+
+    ``text``: the sentences, one per line, lower case, words and
+    punctuation separated by spaces. ``pronouns``: one dict per pronoun
+    sentence: ``line``, ``start`` and ``end`` (character offsets of "it" in
+    ``text``), ``antecedent`` (the noun "it" refers to), ``other`` (the
+    other noun), ``adjective`` (the word that decides). ``relations``: the
+    pairs each relation sentence states, by name (``"capital"``,
+    ``"gender"``, ``"plural"``), as in :data:`RELATIONS`. ``repeats``: one
+    dict per repeated-span sentence: ``line``, ``span`` (the words),
+    ``first`` and ``second`` (character offsets of its two copies)."""
+
+    text: str
+    pronouns: list[dict] = field(default_factory=list)
+    relations: dict = field(default_factory=dict)
+    repeats: list[dict] = field(default_factory=list)
+
+
+def synthetic_corpus(n_sentences: int, seed: int = 0,
+                     mix=(0.4, 0.3, 0.2, 0.1)) -> SyntheticCorpus:
+    """``n_sentences`` sentences of a synthetic language, seeded: pronoun
+    sentences whose antecedent is decided by a later word, relation
+    sentences (capitals, male and female forms, singular and plural), a
+    random span of words said twice, and plain filler, in the proportions
+    ``mix``. The same ``seed`` gives the same corpus on every machine."""
+    n_sentences = check_int("n_sentences", n_sentences)
+    check_int("seed", seed, minimum=None)
+    if len(mix) != 4 or any(m < 0 for m in mix) or sum(mix) <= 0:
+        raise ValueError(f"mix must be 4 non-negative weights (pronoun, "
+                         f"relation, repeat, filler), got {mix!r}")
+    rng = random.Random(seed)
+    lines, corpus, offset = [], SyntheticCorpus(text=""), 0
+    corpus.relations = {name: [] for name in RELATIONS}
+    for i in range(n_sentences):
+        kind = rng.choices(("pronoun", "relation", "repeat", "filler"), mix)[0]
+        if kind == "pronoun":
+            template, firsts, seconds, adj_a, adj_b = rng.choice(PRONOUN_TEMPLATES)
+            a, b = rng.choice(firsts), rng.choice(seconds)
+            first = rng.random() < 0.5        # which noun the adjective fits
+            adj = rng.choice(adj_a if first else adj_b)
+            line = template.format(a=a, b=b, adj=adj)
+            at = line.index(" it ") + 1
+            corpus.pronouns.append(dict(line=i, start=offset + at, end=offset + at + 2,
+                                        antecedent=a if first else b,
+                                        other=b if first else a, adjective=adj))
+        elif kind == "relation":
+            name = rng.choice(sorted(RELATIONS))
+            x, y = rng.choice(RELATIONS[name])
+            line = RELATION_TEMPLATES[name].format(x=x, y=y)
+            corpus.relations[name].append((x, y))
+        elif kind == "repeat":
+            span = " ".join(rng.choice(FILLER) for _ in range(rng.randint(3, 6)))
+            line = f"remember {span} . again {span} ."
+            first = offset + len("remember ")
+            second = offset + line.index(" again ") + len(" again ")
+            corpus.repeats.append(dict(line=i, span=span, first=first, second=second))
+        else:
+            line = " ".join(rng.choice(FILLER) for _ in range(rng.randint(5, 10))) + " ."
+        lines.append(line)
+        offset += len(line) + 1                # the newline
+    corpus.text = "\n".join(lines)
+    return corpus
+
+
+# Public corpora, downloaded only on request, verified by checksum and cached.
+CORPORA = {
+    "tiny-shakespeare": (
+        "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+        "tinyshakespeare/input.txt",
+        "sha256:86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+}
+
+
+def load_corpus(name: str, cache_dir=None) -> str:
+    """A public corpus by name (see :data:`CORPORA`), downloaded once with
+    ``pooch``, checked against its SHA-256 and cached (in ``cache_dir``, by
+    default pooch's cache folder for ``tinyformer``). Nothing in the book's
+    tests needs one; :func:`english_text` needs no download at all."""
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; the corpora are "
+                         f"{sorted(CORPORA)} (english_text() needs no "
+                         f"download)")
+    try:
+        import pooch
+    except ImportError:
+        raise ImportError("downloading a corpus needs pooch: pip install "
+                          "pooch") from None
+    url, known_hash = CORPORA[name]
+    path = cache_dir if cache_dir is not None else pooch.os_cache("tinyformer")
+    try:
+        local = pooch.retrieve(url, known_hash=known_hash, path=path,
+                               fname=f"{name}.txt", progressbar=False)
+    except ValueError:
+        raise                          # a checksum mismatch: pooch says so
+    except Exception as err:           # no network, a proxy, a server error
+        raise ConnectionError(f"could not download the corpus {name!r} from "
+                              f"{url} ({type(err).__name__}: {err}). Are you "
+                              f"offline? english_text() needs no download."
+                              ) from err
+    with open(local, encoding="utf-8") as f:
+        return f.read()
+
+
+__all__ = ["CORPORA", "PRONOUN_TEMPLATES", "RELATIONS", "SyntheticCorpus",
+           "WORD_PATTERN", "english_split", "english_text", "get_batch",
+           "load_corpus", "pack_documents", "synthetic_corpus", "words"]
