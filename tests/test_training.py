@@ -173,3 +173,8 @@ def test_load_corpus_errors_name_the_problem(monkeypatch):
     monkeypatch.setattr(pooch, "retrieve", offline)
     with pytest.raises(ConnectionError, match="Are you offline"):
         data.load_corpus("tiny-shakespeare")
+
+
+def test_bfloat16_autocast_runs_when_asked():
+    hist = train(tiny(), STREAM, steps=3, batch_size=2, amp=True, progress=False)
+    assert all(math.isfinite(v) for v in hist["loss"])

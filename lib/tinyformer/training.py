@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -120,7 +121,7 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
           clip: float | None = 1.0, val_data=None, eval_every: int = 100,
           eval_batches: int = 10, checkpoint=None,
           checkpoint_every: int | None = None, seed: int = 0,
-          loss_fn=None, progress: bool = True) -> dict:
+          loss_fn=None, progress: bool = True, amp: bool | None = None) -> dict:
     """Train ``model`` for ``steps`` optimizer steps on random batches of
     the token stream ``train_data`` (see :func:`~tinyformer.data.get_batch`)
     and return the history: ``{"step": [...], "loss": [...], "lr": [...],
@@ -134,7 +135,8 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     path), the state is saved every ``checkpoint_every`` steps (default
     ``eval_every``), at the end, and when the run is interrupted; if the
     file exists, training resumes from it (it must come from the same model
-    configuration)."""
+    configuration). ``amp`` runs the forward pass in bfloat16 autocast (the
+    default on a CUDA GPU; off on the CPU, where the stored runs are made)."""
     steps = check_int("steps", steps)
     batch_size = check_int("batch_size", batch_size)
     config = getattr(model, "config", None)
@@ -162,6 +164,11 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     loss_fn = _loss_fn(loss_fn)
     min_lr = lr / 10 if min_lr is None else min_lr
     device = _device_of(model)
+    use_amp = device.type == "cuda" if amp is None else bool(amp)
+
+    def autocast():
+        return (torch.autocast(device.type, dtype=torch.bfloat16) if use_amp
+                else contextlib.nullcontext())
 
     def lr_at(step: int) -> float:                    # step counted from 1
         if schedule == "cosine":
@@ -218,7 +225,8 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)
             x, y = get_batch(train_data, batch_size, block_size, gen, device)
-            loss = loss_fn(model, x, y)
+            with autocast():
+                loss = loss_fn(model, x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if clip is not None:
