@@ -82,6 +82,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/train_throughput.py
 	$(PY) benchmarks/kv_cache.py
 	$(PY) benchmarks/bpe.py
+	$(PY) benchmarks/train_english.py
 
 clean:
 	rm -rf _build student grades
