@@ -178,3 +178,21 @@ def test_load_corpus_errors_name_the_problem(monkeypatch):
 def test_bfloat16_autocast_runs_when_asked():
     hist = train(tiny(), STREAM, steps=3, batch_size=2, amp=True, progress=False)
     assert all(math.isfinite(v) for v in hist["loss"])
+
+
+def test_plot_history_draws_training_and_validation_curves():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tinyformer.viz import plot_history
+    hist = {"step": list(range(1, 51)), "loss": [5 - 0.05 * s for s in range(1, 51)],
+            "val_step": [25, 50], "val_loss": [4.0, 3.0]}
+    ax = plot_history(hist, smooth=10, label="run")
+    lines = ax.get_lines()
+    assert len(lines) == 2 and len(lines[0].get_xdata()) == 41       # a running mean of 10
+    assert list(lines[1].get_xdata()) == [25, 50]
+    assert lines[0].get_ydata()[0] == pytest.approx(sum(5 - 0.05 * s for s in range(1, 11)) / 10)
+    plt.close("all")
+    with pytest.raises(ValueError, match="history must be"):
+        plot_history({"loss": []})

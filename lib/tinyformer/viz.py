@@ -567,5 +567,36 @@ def draw_gpt(ax=None):
     return ax
 
 
+def plot_history(history: dict, ax=None, *, label: str = "", smooth: int = 20,
+                 color=None):
+    """The loss curves of :func:`tinyformer.training.train`'s history:
+    the training loss (a running mean over ``smooth`` steps, since single
+    batches are noisy) as a line, the validation loss as dots on it.
+    Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if not isinstance(history, dict) or not {"step", "loss"} <= set(history):
+        raise ValueError("history must be the dict train() returns, with "
+                         "'step' and 'loss' (and 'val_step', 'val_loss')")
+    smooth = check_int("smooth", smooth)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    loss = np.asarray(history["loss"], dtype=float)
+    if len(loss) == 0:
+        raise ValueError("history holds no steps")
+    kernel = np.ones(min(smooth, len(loss))) / min(smooth, len(loss))
+    running = np.convolve(loss, kernel, mode="valid")
+    steps = np.asarray(history["step"])[len(loss) - len(running):]
+    name = f"{label} " if label else ""
+    line, = ax.plot(steps, running, color=color, label=f"{name}training")
+    if history.get("val_step"):
+        ax.plot(history["val_step"], history["val_loss"], "o--",
+                color=line.get_color(), markersize=4, linewidth=1,
+                label=f"{name}validation")
+    ax.set(xlabel="step", ylabel="loss (nats per token)")
+    ax.legend(fontsize=8)
+    return ax
+
+
 __all__ = ["draw_block", "draw_gpt", "draw_head_dataflow", "draw_position_paths", "draw_split_heads", "plot_attention",
-           "plot_heads", "plot_per_layer"]
+           "plot_heads", "plot_history", "plot_per_layer"]
