@@ -36,6 +36,21 @@ SPLIT_PATTERN = (r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|_+"
 FORMAT = "tinyformer-tokenizer"
 
 
+class _train_method:
+    """``train`` that works on the class (``BPETokenizer.train(text, 1000)``
+    returns a new tokenizer) and on an instance (``tok.train(text)`` trains
+    it in place and returns it)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return lambda *args, **kwargs: self.fn(cls, None, *args, **kwargs)
+        return lambda *args, **kwargs: self.fn(cls, obj, *args, **kwargs)
+
+
 def _check_text(name: str, text) -> str:
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str, got {type(text).__name__}")
@@ -68,9 +83,16 @@ def _read(path, kind: str) -> dict:
 
 
 class CharTokenizer:
-    """One id per distinct character of ``text``, in sorted order."""
+    """One id per distinct character of ``text``, in sorted order (or build
+    it empty and call :meth:`train` with the text)."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str | None = None):
+        self.chars: list[str] = []
+        self.stoi: dict[str, int] = {}
+        if text is not None:
+            self._fit(text)
+
+    def _fit(self, text: str) -> None:
         chars = sorted(set(_check_text("text", text)))
         if not chars:
             raise ValueError("text is empty: a CharTokenizer needs at least "
@@ -78,12 +100,23 @@ class CharTokenizer:
         self.chars = chars
         self.stoi = {ch: i for i, ch in enumerate(chars)}
 
+    @_train_method
+    def train(cls, self, text: str, vocab_size=None) -> CharTokenizer:
+        """The vocabulary of ``text``'s characters (``vocab_size`` is
+        ignored: a character tokenizer has one token per character)."""
+        tok = cls() if self is None else self
+        tok._fit(text)
+        return tok
+
     @property
     def vocab_size(self) -> int:
         return len(self.chars)
 
     def encode(self, text: str) -> list[int]:
         _check_text("text", text)
+        if not self.chars:
+            raise ValueError("this CharTokenizer has no vocabulary yet: "
+                             "train it on a text first")
         try:
             return [self.stoi[ch] for ch in text]
         except KeyError as err:
@@ -140,7 +173,9 @@ class BPETokenizer:
     merge ``k`` makes token ``256 + k``. ``special_tokens`` (strings such as
     ``"<|endoftext|>"``) get the ids after the merges and are never split."""
 
-    def __init__(self, merges=(), special_tokens=(), pattern: str = SPLIT_PATTERN):
+    def __init__(self, merges=(), special_tokens=(), pattern: str = SPLIT_PATTERN,
+                 vocab_size: int | None = None):
+        self.default_vocab_size = vocab_size   # for train(text) without one
         self.pattern = pattern
         self._split = re.compile(pattern)
         self.merges: dict[tuple[int, int], int] = {}
@@ -171,18 +206,33 @@ class BPETokenizer:
 
     # ------------------------------------------------------------------ training
 
-    @classmethod
-    def train(cls, text: str, vocab_size: int, special_tokens=(),
-              pattern: str = SPLIT_PATTERN, verbose: bool = False) -> BPETokenizer:
+    @_train_method
+    def train(cls, self, text: str, vocab_size: int | None = None,
+              special_tokens=None, pattern: str | None = None,
+              verbose: bool = False) -> BPETokenizer:
         """Learn ``vocab_size - 256 - len(special_tokens)`` merges from
-        ``text``. Each merge replaces the most frequent adjacent pair (ties:
-        the pair of smaller ids) by a new token, counted over the pieces of
+        ``text``. Called on the class it returns a new tokenizer; called on
+        a tokenizer it replaces that one's merges (keeping its special
+        tokens, pattern and ``vocab_size`` unless given) and returns it.
+
+        Each merge replaces the most frequent adjacent pair (ties: the pair
+        of smaller ids) by a new token, counted over the pieces of
         the text weighted by how often each piece occurs. The counts are
         updated incrementally: a merge revisits only the pieces that hold
         the pair, so training does not recount the whole text every time."""
         _check_text("text", text)
+        if self is not None:
+            vocab_size = vocab_size or self.default_vocab_size
+            special_tokens = (list(self.special_tokens) if special_tokens is None
+                              else special_tokens)
+            pattern = pattern or self.pattern
+        special_tokens = tuple(special_tokens or ())
+        pattern = pattern or SPLIT_PATTERN
+        if vocab_size is None:
+            raise TypeError("train() needs vocab_size (or a tokenizer built "
+                            "with one)")
         vocab_size = check_int("vocab_size", vocab_size)
-        n_special = len(tuple(special_tokens))
+        n_special = len(special_tokens)
         if vocab_size < 256 + n_special:
             raise ValueError(f"vocab_size must be at least 256 (one token per "
                              f"byte) + {n_special} special tokens, got "
@@ -229,7 +279,11 @@ class BPETokenizer:
                     heapq.heappush(heap, (-counts[p], p))
             if verbose and (k + 1) % 100 == 0:
                 print(f"merge {k + 1}: {pair} -> {new_id}")
-        return cls(merges, special_tokens, pattern)
+        trained = cls(merges, special_tokens, pattern, vocab_size)
+        if self is None:
+            return trained
+        self.__dict__.update(trained.__dict__)     # in place
+        return self
 
     # ------------------------------------------------------------------ encoding
 

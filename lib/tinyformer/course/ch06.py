@@ -315,17 +315,21 @@ def _first_difference(case, pairs: list, ref: list) -> str:
     counts = _pair_counts(words)
     if j == len(ref):
         if len(ref) == n_merges:
-            return f"{said} you returned {len(pairs)} merges; n_merges = {n_merges} asks for {n_merges}"
-        return (f"{said} you returned {len(pairs)} merges, but after {len(ref)} no piece holds a pair any more: "
+            return f"{said}, you returned {len(pairs)} merges; n_merges = {n_merges} asks for {n_merges}"
+        return (f"{said}, you returned {len(pairs)} merges, but after {len(ref)} no piece holds a pair any more: "
                 f"stop there")
     want, c = ref[j], counts[ref[j]]
     if j == len(pairs):
-        return (f"{said} you stopped after {len(pairs)} merges, but the pieces still hold pairs: merge {j + 1} is "
-                f"{want}, which occurs {c} times")
+        return (f"{said}, you stopped after {len(pairs)} merges, but the pieces still hold pairs: merge {j + 1} is "
+                f"{want}, which occurs {_times(c)}")
     got, d = pairs[j], counts.get(pairs[j], 0)
-    yours = ("which no piece holds then" if d == 0 else f"which occurs {d} times too, a tie: ties go to the "
-             f"smaller pair" if d == c else f"which occurs {d} times")
-    return f"{said} merge {j + 1} is {want}, which occurs {c} times; yours is {got}, {yours}"
+    yours = ("which no piece holds then" if d == 0 else f"which occurs {_times(d)} too, a tie: ties go to the "
+             f"smaller pair" if d == c else f"which occurs {_times(d)}")
+    return f"{said}, merge {j + 1} is {want}, which occurs {_times(c)}; yours is {got}, {yours}"
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
 
 
 def _diagnose_bpe(cases, outputs, refs):
