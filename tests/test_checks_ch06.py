@@ -479,7 +479,7 @@ def test_the_library_answers_name_functions():
         named = {dotted for *_, dotted in keys["code"]}
         assert all(any(n == a or n.startswith(a + ".") for n in named) for a in checks.EXERCISES[name].library_answers)
     named = {d for *_, d in engine.library_answer_keys(checks.EXERCISES["bpe_merges"])["code"]}
-    assert {"tinyformer.tokenizers.BPETokenizer.train", "tinyformer.tokenizers.BPETokenizer.encode",
+    assert {"tinyformer.tokenizers.BPETokenizer.__init__", "tinyformer.tokenizers.BPETokenizer.encode",
             "tinyformer.tokenizers.merge_pair"} <= named
 
 
@@ -690,7 +690,7 @@ LIBRARY_ANSWERS = [
         def bpe_merges(pieces, n_merges):
             text = b"".join(pieces).decode("utf-8", errors="replace")
             return list(BPETokenizer.train(text, 256 + n_merges).merges)
-        """, "tinyformer.tokenizers.BPETokenizer.train", None),
+        """, "tinyformer.tokenizers.BPETokenizer.__init__", None),     # train builds a BPETokenizer
     ("warmup_cosine", """
         from tinyformer.training import cosine_lr
 

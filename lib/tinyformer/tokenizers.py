@@ -20,6 +20,7 @@ lone surrogates included: their bytes pass through ``surrogatepass``).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import re
@@ -43,7 +44,7 @@ class _train_method:
 
     def __init__(self, fn):
         self.fn = fn
-        self.__doc__ = fn.__doc__
+        functools.update_wrapper(self, fn)   # its name, doc, and __wrapped__
 
     def __get__(self, obj, cls):
         if obj is None:

@@ -25,8 +25,10 @@ middle of the decay, ``total`` and after it, ``min_lr`` left to its default, and
 (``warmup = 0``: step 1 is already in the decay; ``cosine_lr`` never divides by ``warmup`` then,
 since ``step <= warmup`` never holds).
 
-Library answers: for 6.1, ``BPETokenizer`` (every method, ``train`` included) and ``merge_pair``;
-for 6.2, ``cosine_lr`` and ``noam_lr``.
+Library answers: for 6.1, ``BPETokenizer`` (every function its class body defines) and
+``merge_pair``; ``train`` is a descriptor that works on the class and on an instance, which the
+engine does not open, so a call of it is caught through the ``__init__`` and ``merge_pair`` it
+calls. For 6.2, ``cosine_lr`` and ``noam_lr``.
 """
 
 from __future__ import annotations
@@ -271,7 +273,7 @@ def _token_id(x) -> int:
         return int(x.item())
     if isinstance(x, (bytes, bytearray)) or (isinstance(x, dict) and x.get(_FOREIGN) in ("bytes", "bytearray")):
         raise _Unread(f"wrong output. Hint: {BPE_BYTES_PAIRS}")     # (bytes come back from the sandbox described)
-    raise _Unread(f"your pairs hold {describe(x)}: a merge is a pair of two token ids, ints such as (97, 98)")
+    raise _Unread(f"your pairs hold {describe(x)}: a merge is a pair of two token ids, ints such as (97, 98).")
 
 
 def _read_pairs(out) -> list[tuple[int, int]]:
@@ -282,12 +284,12 @@ def _read_pairs(out) -> list[tuple[int, int]]:
         said = f"returned {describe(out)}; return the merged pairs, a list of (a, b) tuples of ints"
         if isinstance(out, dict) and out.get(_FOREIGN) == "dict":
             said += " (list(merges) gives the keys of a dict {pair: new id}, in the order they were added)"
-        raise _Unread(said)
+        raise _Unread(f"{said}.")
     pairs = []
     for item in out:
         if not isinstance(item, (list, tuple)) or len(item) != 2:
             raise _Unread(f"your list holds {describe(item)}: each merge is a pair (a, b) of the two token ids "
-                          f"merged, e.g. (97, 98)")
+                          f"merged, e.g. (97, 98).")
         pairs.append((_token_id(item[0]), _token_id(item[1])))
     return pairs
 
