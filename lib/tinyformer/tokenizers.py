@@ -148,7 +148,8 @@ def _to_bytes(text: str) -> bytes:
     return text.encode("utf-8", errors="surrogatepass")
 
 
-def merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+def merge_pair(ids: list[int], pair: tuple[int, int],
+               new_id: int) -> list[int]:
     """``ids`` with every occurrence of ``pair``, left to right and never
     overlapping, replaced by ``new_id``: ``(a, a)`` in ``a a a`` merges once,
     the first two."""

@@ -217,7 +217,9 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=steps, initial=done, desc="training", unit="step")
+        # redrawn at most every 2 s: a notebook keeps every redraw it is sent
+        bar = tqdm(total=steps, initial=done, desc="training", unit="step",
+                   mininterval=2.0)
     model.train()
     updating = False              # between opt.step() and the step's record
     try:
@@ -247,7 +249,7 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
                 model.train()
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{history['loss'][-1]:.3f}")
+                bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", refresh=False)
             if step % checkpoint_every == 0 or step == steps:
                 save(step)
     except KeyboardInterrupt:
