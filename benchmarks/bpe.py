@@ -18,11 +18,12 @@ Writes benchmarks/results/bpe.md (or ``--out``) and prints the table.
 from __future__ import annotations
 
 import argparse
-import os
 import sysconfig
 import tempfile
 import time
 from pathlib import Path
+
+from train_throughput import load_average  # the same report of the machine's load
 
 from tinyformer.tokenizers import BPETokenizer
 
@@ -81,13 +82,6 @@ def hugging_face(text: str, vocab: int, folder: Path) -> dict:
         encodes.append(timed(lambda t=fresh: t.encode(text).ids))
     t_encode, ids = min(encodes, key=lambda e: e[0])
     return dict(train=t_train, encode=t_encode, tokens=len(ids), vocab=tok.get_vocab_size())
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def table(text: str, rows: dict, quick: bool, load: str) -> tuple[str, bool]:

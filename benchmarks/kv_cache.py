@@ -23,12 +23,12 @@ Writes benchmarks/results/kv_cache.md (or ``--out``) and prints the table.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from train_throughput import load_average  # the same report of the machine's load
 
 from tinyformer.kvcache import KVCache, LayerCache
 from tinyformer.model import GPT, GPTConfig
@@ -126,13 +126,6 @@ def measure(quick: bool) -> tuple[dict, dict]:
             run()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}, outputs
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def table(medians: dict, outputs: dict, quick: bool, load: str) -> tuple[str, bool]:
