@@ -443,3 +443,34 @@ def test_bootstrap_check_does_not_hide_later_errors(shell, monkeypatch):
 def test_bootstrap_cell_rejects_bad_arguments(kwargs, error, name):
     with pytest.raises(error, match=rf"^{name} must"):
         bootstrap_cell(**kwargs)
+
+
+def test_measured_gpu_runs_are_consistent_and_match_the_chapter():
+    # what tools/gpu_sizes.py stored must agree with itself, and the GPU
+    # branch chapter 6 runs must be the one that was measured
+    import re
+    from pathlib import Path
+
+    from tinyformer import measured
+
+    doc = measured("h100-ch06")
+    runs = {r["name"]: r for r in doc["runs"]}
+    for r in runs.values():
+        tokens = r["steps"] * r["batch_size"] * r["block_size"]
+        assert r["epochs"] == pytest.approx(tokens / doc["train_tokens"], abs=0.1)
+        assert r["tokens_per_s"] == pytest.approx(tokens / r["seconds"], rel=0.01)
+        steps, losses = zip(*r["curve"])
+        assert steps[-1] == r["steps"] and r["val_last"] == losses[-1]
+        assert r["val_best"] == min(losses)
+    chapter = (Path(__file__).parents[1] / "book" / "06-training.md").read_text()
+    gpu = re.search(r'if device.type == "cuda":.*\n\s+run = dict\(steps=(\d+), batch_size=(\d+)\)',
+                    chapter)
+    branch = runs["gpu-branch-b64-400"]
+    assert gpu and (int(gpu[1]), int(gpu[2])) == (branch["steps"], branch["batch_size"])
+
+
+def test_measured_names_what_exists():
+    from tinyformer import measured
+
+    with pytest.raises(ValueError, match="h100-ch06"):
+        measured("h100")

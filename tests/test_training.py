@@ -196,3 +196,21 @@ def test_plot_history_draws_training_and_validation_curves():
     plt.close("all")
     with pytest.raises(ValueError, match="history must be"):
         plot_history({"loss": []})
+
+
+# torch's inductor imports torch.jit code that warns of its own deprecation,
+# and dynamo warns of reading .grad while it traces: torch's, not ours
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_compiled_training_matches_eager_and_keeps_plain_names(tmp_path):
+    # torch.compile fuses the forward pass; it must train the same weights
+    # (to rounding) and leave checkpoints loadable by an uncompiled model
+    eager = train(tiny(), STREAM, steps=3, batch_size=2, progress=False)
+    model = tiny()
+    ckpt = tmp_path / "run.pt"
+    compiled = train(model, STREAM, steps=3, batch_size=2, progress=False,
+                     compile=True, checkpoint=ckpt)
+    assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-4)
+    names = torch.load(ckpt, weights_only=False)["model"].keys()
+    assert set(names) == set(model.state_dict())
+    assert not any("_orig_mod" in n for n in names)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import numbers
 import os
 import random
@@ -153,3 +154,16 @@ def bootstrap_cell(url: str, version: str | None = None) -> str:
     if not re.fullmatch(r"\d+(\.\d+)*[A-Za-z0-9.+-]*", version):
         raise ValueError(f"version must be a release number such as '0.1.0', got {version!r}")
     return BOOTSTRAP.format(url=url.rstrip("/"), version=version)
+
+
+def measured(name: str) -> dict:
+    """A measurement stored with the library (``tinyformer/measured/NAME.json``):
+    runs made on hardware the book's build does not have, a GPU say, recorded
+    by a script in ``tools/`` so that a chapter can show and plot them."""
+    from importlib import resources
+
+    files = resources.files("tinyformer") / "measured"
+    known = sorted(f.name[:-5] for f in files.iterdir() if f.name.endswith(".json"))
+    if name not in known:
+        raise ValueError(f"no stored measurement {name!r}; there are {known}")
+    return json.loads((files / f"{name}.json").read_text())

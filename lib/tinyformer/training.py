@@ -121,7 +121,8 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
           clip: float | None = 1.0, val_data=None, eval_every: int = 100,
           eval_batches: int = 10, checkpoint=None,
           checkpoint_every: int | None = None, seed: int = 0,
-          loss_fn=None, progress: bool = True, amp: bool | None = None) -> dict:
+          loss_fn=None, progress: bool = True, amp: bool | None = None,
+          compile: bool = False) -> dict:
     """Train ``model`` for ``steps`` optimizer steps on random batches of
     the token stream ``train_data`` (see :func:`~tinyformer.data.get_batch`)
     and return the history: ``{"step": [...], "loss": [...], "lr": [...],
@@ -136,7 +137,10 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     ``eval_every``), at the end, and when the run is interrupted; if the
     file exists, training resumes from it (it must come from the same model
     configuration). ``amp`` runs the forward pass in bfloat16 autocast (the
-    default on a CUDA GPU; off on the CPU, where the stored runs are made)."""
+    default on a CUDA GPU; off on the CPU, where the stored runs are made).
+    ``compile`` runs the training forward pass through ``torch.compile``
+    (faster on a GPU after a compilation of a minute or so; the weights,
+    checkpoints and validation use the model itself)."""
     steps = check_int("steps", steps)
     batch_size = check_int("batch_size", batch_size)
     config = getattr(model, "config", None)
@@ -165,6 +169,13 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     min_lr = lr / 10 if min_lr is None else min_lr
     device = _device_of(model)
     use_amp = device.type == "cuda" if amp is None else bool(amp)
+    # compiled as a function of the batch: the model keeps its own weights
+    # and names (checkpoints, validation); only the training forward changes
+    def batch_loss(x, y):
+        return loss_fn(model, x, y)
+
+    if compile:
+        batch_loss = torch.compile(batch_loss)
 
     def autocast():
         return (torch.autocast(device.type, dtype=torch.bfloat16) if use_amp
@@ -228,7 +239,7 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
                 group["lr"] = lr_at(step)
             x, y = get_batch(train_data, batch_size, block_size, gen, device)
             with autocast():
-                loss = loss_fn(model, x, y)
+                loss = batch_loss(x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if clip is not None:
