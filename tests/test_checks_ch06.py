@@ -274,6 +274,21 @@ def bpe_list_slices(pieces, n_merges):
     return list(counts)[:n_merges]
 
 
+def bpe_pieces_never_updated(pieces, n_merges):
+    """Rebinds the loop variable (ids = ...), so the pieces never change."""
+    words = [list(p) for p in pieces]
+    out = []
+    for k in range(n_merges):
+        counts = Counter(p for w in words for p in zip(w, w[1:]))
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        out.append(pair)
+        for ids in words:
+            ids = merged(ids, pair, 256 + k)  # noqa: F841 (the slip: a new name, not the piece)
+    return out
+
+
 def bpe_encodes_the_pieces(pieces, n_merges):
     """Takes the pieces for str."""
     return learner_bpe()([p.encode("utf-8") for p in pieces], n_merges)
@@ -303,9 +318,8 @@ BPE_WRONG = [
                               "when no piece holds a pair"),
     (learner_bpe(pick="sorted", stop=False), "raised IndexError: list index out of range. Hint: an index ran past "
                                              "the end of a list"),
-    (learner_bpe(merge=merged_without_skipping),
-     "for pieces = [b'aaa', b'ab', b'aaa', b'ab', b'ab', b'aaaa', b'ab', b'ab'] and n_merges = 4, merge 3 is "
-     "(256, 97), which occurs 2 times; yours is (257, 98), which no piece holds then. Hint: start each piece"),
+    (learner_bpe(merge=merged_without_skipping), "a merge replaces BOTH ids of the pair by the new one"),
+    (bpe_pieces_never_updated, "your pieces never change: after choosing a pair"),
     (learner_bpe(pick="last"), "for pieces = [b'abc', b'abc', b'bd', b'abc'] and n_merges = 3, merge 1 is (97, 98), "
                                "which occurs 3 times; yours is (98, 99), which occurs 3 times too, a tie: ties go to "
                                "the smaller pair. Hint: start each piece"),
@@ -341,7 +355,7 @@ def learner_lr(*, warm="linear", progress="after warmup", floor="min_lr", clamp=
     """
     def warmup_cosine(step, max_lr, warmup, total, min_lr=0.0):
         t = step - 1 if zero_based else step
-        low = 0.0 if floor == "zero" else min_lr
+        low = 0.0 if floor in ("zero", "cosine only") else min_lr
         if warm == "ratio first":
             ramp = t / warmup
             if ramp <= 1:
@@ -351,13 +365,15 @@ def learner_lr(*, warm="linear", progress="after warmup", floor="min_lr", clamp=
                   "sqrt": max_lr * math.sqrt(t / warmup)}[warm]
             return lr / max_lr if returned == "factor" else lr
         if clamp == ">=" and t >= total or clamp == ">" and t > total:
-            lr = low
+            lr = min_lr if floor == "cosine only" else low
         else:
             p = (t - late - warmup) / (total - warmup) if progress == "after warmup" else t / total
             if decay == "linear":
                 lr = max_lr + (low - max_lr) * p
             elif decay == "noam":
                 lr = max_lr * (warmup / t) ** 0.5
+            elif decay == "one minus":
+                lr = low + 0.5 * (max_lr - low) * (1 - math.cos(math.pi * p))
             elif floor == "added":
                 lr = min_lr + 0.5 * max_lr * (1 + math.cos(period * math.pi * p))
             else:
@@ -389,6 +405,8 @@ LR_WRONG = [
     (learner_lr(progress="whole run"), "the cosine starts after the warm-up"),
     (learner_lr(floor="zero"), "the decay ends at min_lr, not at 0"),
     (learner_lr(floor="added"), "the cosine spans max_lr - min_lr"),
+    (learner_lr(floor="cosine only"), "the cosine decays to min_lr, not to 0"),
+    (learner_lr(decay="one minus"), "your decay rises"),
     (learner_lr(period=2), "half a cosine, cos(π · progress), goes from max_lr down to min_lr once"),
     (learner_lr(clamp=None), "after total the rate stays at min_lr"),
     (learner_lr(decay="noam"), "the Noam schedule"),

@@ -214,3 +214,42 @@ def test_compiled_training_matches_eager_and_keeps_plain_names(tmp_path):
     names = torch.load(ckpt, weights_only=False)["model"].keys()
     assert set(names) == set(model.state_dict())
     assert not any("_orig_mod" in n for n in names)
+
+
+def test_history_records_the_gradient_norm_before_clipping():
+    # step 1's batch, drawn again, and its gradient computed by hand
+    model = tiny()
+    x, y = get_batch(STREAM, 4, model.config.block_size, torch.Generator().manual_seed(0))
+    ref = tiny()
+    ref.loss(x, y).backward()
+    by_hand = torch.cat([p.grad.flatten() for p in ref.parameters()]).norm().item()
+    free = train(model, STREAM, steps=1, batch_size=4, clip=None, progress=False)
+    clipped = train(tiny(), STREAM, steps=1, batch_size=4, clip=by_hand / 10,
+                    progress=False)
+    assert free["grad_norm"] == pytest.approx([by_hand], rel=1e-5)
+    assert clipped["grad_norm"] == pytest.approx([by_hand], rel=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, word", [(dict(compile="yes"), "compile"),
+                                          (dict(amp="bf16"), "amp")])
+def test_switches_must_be_booleans(kwargs, word):
+    with pytest.raises(TypeError, match=word):
+        train(tiny(), STREAM, steps=1, batch_size=2, progress=False, **kwargs)
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path):
+    ckpt = tmp_path / "run.pt"
+    train(tiny(), STREAM, steps=4, batch_size=2, checkpoint=ckpt, progress=False)
+    with pytest.raises(ValueError, match=r"other settings: steps=4 \(now 8\)"):
+        train(tiny(), STREAM, steps=8, batch_size=2, checkpoint=ckpt, progress=False)
+    with pytest.raises(ValueError, match=r"lr=0.001 \(now 0.002\).*new checkpoint path"):
+        train(tiny(), STREAM, steps=4, batch_size=2, lr=2e-3, checkpoint=ckpt,
+              progress=False)
+
+
+def test_a_diverged_run_stops_with_a_clear_error():
+    def exploding(m, x, y):
+        return m.loss(x, y) * float("inf")
+
+    with pytest.raises(FloatingPointError, match="not finite at step 1.*Lower lr"):
+        train(tiny(), STREAM, steps=3, batch_size=2, loss_fn=exploding, progress=False)

@@ -56,7 +56,8 @@ def words(text: str) -> list[str]:
 def english_split(every: int = 10) -> tuple[str, str]:
     """:func:`english_text` split by paragraphs into a training and a
     validation text: every ``every``-th paragraph (the 10th, 20th, …) goes
-    to validation, so both halves cover every topic. Deterministic."""
+    to validation, so both halves come from the whole length of the text.
+    Deterministic."""
     every = check_int("every", every, minimum=2)
     paragraphs = english_text().split("\n")
     val = [p for i, p in enumerate(paragraphs, 1) if i % every == 0]

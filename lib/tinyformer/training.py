@@ -126,7 +126,8 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     """Train ``model`` for ``steps`` optimizer steps on random batches of
     the token stream ``train_data`` (see :func:`~tinyformer.data.get_batch`)
     and return the history: ``{"step": [...], "loss": [...], "lr": [...],
-    "val_step": [...], "val_loss": [...]}``.
+    "grad_norm": [...], "val_step": [...], "val_loss": [...]}`` (the
+    gradient's norm before clipping).
 
     ``schedule``: ``"cosine"`` (:func:`cosine_lr` from ``lr`` down to
     ``min_lr``, default ``lr/10``), ``"noam"`` (:func:`noam_lr` with the
@@ -136,8 +137,14 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     path), the state is saved every ``checkpoint_every`` steps (default
     ``eval_every``), at the end, and when the run is interrupted; if the
     file exists, training resumes from it (it must come from the same model
-    configuration). ``amp`` runs the forward pass in bfloat16 autocast (the
-    default on a CUDA GPU; off on the CPU, where the stored runs are made).
+    configuration and the same settings: steps, batch and block size,
+    schedule, optimizer, clip and seed). On the CPU a resumed run ends with
+    bitwise the weights of an uninterrupted one (the CUDA random state is not
+    saved; the model has no dropout). ``seed`` seeds the batch order and
+    torch's global generator. A non-finite gradient stops the run with an
+    error. ``amp`` runs the forward pass in bfloat16 autocast (the default on
+    a GPU with native bfloat16; off on the CPU, where the stored runs are
+    made).
     ``compile`` runs the training forward pass through ``torch.compile``
     (faster on a GPU after a compilation of a minute or so; the weights,
     checkpoints and validation use the model itself)."""
@@ -167,8 +174,22 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
                                  checkpoint_every or eval_every)
     loss_fn = _loss_fn(loss_fn)
     min_lr = lr / 10 if min_lr is None else min_lr
+    # what decides the run's trajectory: a resumed run must use the same
+    settings = {"steps": steps, "batch_size": batch_size,
+                "block_size": block_size, "lr": lr, "schedule": schedule,
+                "warmup": warmup, "min_lr": min_lr, "optimizer": optimizer,
+                "betas": list(betas), "eps": eps, "weight_decay": weight_decay,
+                "clip": clip, "seed": seed}
     device = _device_of(model)
-    use_amp = device.type == "cuda" if amp is None else bool(amp)
+    if amp is not None and not isinstance(amp, bool):
+        raise TypeError(f"amp must be True, False or None (bfloat16 on a GPU "
+                        f"only), got {amp!r}")
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be True or False, got {compile!r}")
+    if amp is None:   # bfloat16 where the GPU has it (not on a T4, say)
+        amp = (device.type == "cuda"
+               and torch.cuda.is_bf16_supported(including_emulation=False))
+    use_amp = amp
     # compiled as a function of the batch: the model keeps its own weights
     # and names (checkpoints, validation); only the training forward changes
     def batch_loss(x, y):
@@ -198,16 +219,24 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
         opt = torch.optim.Adam(decay + rest, lr=lr_at(1), betas=betas, eps=eps)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    history = {"step": [], "loss": [], "lr": [], "val_step": [],
-               "val_loss": []}
+    history = {"step": [], "loss": [], "lr": [], "grad_norm": [],
+               "val_step": [], "val_loss": []}
     done = 0
     path = None if checkpoint is None else Path(checkpoint)
     if path is not None and path.exists():
-        state = torch.load(path, map_location=device, weights_only=False)
+        state = torch.load(path, map_location=device, weights_only=True)
         problem = _mismatch(state["model_info"], _describe(model))
         if problem:
             raise ValueError(f"the checkpoint {path} does not fit this "
                              f"model: {problem}")
+        changed = [f"{k}={v!r} (now {settings.get(k)!r})"
+                   for k, v in state.get("settings", settings).items()
+                   if settings.get(k) != v]
+        if changed:
+            raise ValueError(
+                f"the checkpoint {path} comes from a run with other settings: "
+                f"{', '.join(changed)}. Resume with the same settings, or "
+                f"give a new checkpoint path to start a new run")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["generator"])
@@ -223,7 +252,8 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
             _save(path, {"model": model.state_dict(),
                          "optimizer": opt.state_dict(), **randomness,
                          "history": history, "step": step,
-                         "model_info": _describe(model)})
+                         "model_info": _describe(model),
+                         "settings": settings})
 
     bar = None
     if progress:
@@ -242,13 +272,22 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
                 loss = batch_loss(x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            # the norm before clipping is recorded (an infinite cap leaves
+            # the gradient as it is)
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                model.parameters(), float("inf") if clip is None else clip)
+            if not torch.isfinite(grad_norm):
+                raise FloatingPointError(
+                    f"the gradient is not finite at step {step} (loss "
+                    f"{loss.item():.4g}): training has diverged. Lower lr, "
+                    f"lengthen the warm-up or clip the gradient; the last "
+                    f"checkpoint, if any, holds the last good step")
             updating = True
             opt.step()
             history["step"].append(step)
             history["loss"].append(loss.item())
             history["lr"].append(lr_at(step))
+            history["grad_norm"].append(grad_norm.item())
             randomness = {"generator": gen.get_state(),
                           "rng": torch.get_rng_state()}
             updating = False

@@ -171,8 +171,14 @@ def _non_overlapping_count(ids: list[int], pair: tuple[int, int]) -> int:
     return n
 
 
+def _keep_second_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """The first id of each match replaced, the second kept (i += 1 after a match):
+    [97, 98] with (97, 98) -> [256, 98]."""
+    return [new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair else x for i, x in enumerate(ids)]
+
+
 def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recount=True, tie="smallest",
-         first_id=256):
+         first_id=256, update=True):
     """BPE training with the mistakes named by the keywords; the defaults are right.
 
     join: the pieces joined into one sequence (pairs counted and merged across them). repeats:
@@ -180,7 +186,8 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
     ((97, 97) once in [97, 97, 97]). merge: "right" or "overlapping" ([97, 97, 97] -> [256, 256]).
     recount: False counts once and takes the n_merges most frequent pairs. tie: "smallest"
     (right), "largest" or "first" (the first pair counted among the most frequent, as
-    Counter.most_common and max(counts, key=counts.get) give). first_id: the first new id.
+    Counter.most_common and max(counts, key=counts.get) give). first_id: the first new id. merge may
+    also be "keep second" ([97, 98] -> [256, 98]); update: False leaves the pieces as they were.
     """
     def wrong(pieces, n_merges):
         pieces = list(_fresh(pieces))
@@ -211,8 +218,9 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
                 break
             pair = best(counts)
             merges.append(pair)
-            step = _overlapping_merge if merge == "overlapping" else _merge
-            words = [step(ids, pair, first_id + k) for ids in words]
+            step = {"overlapping": _overlapping_merge, "keep second": _keep_second_merge}.get(merge, _merge)
+            if update:
+                words = [step(ids, pair, first_id + k) for ids in words]
         return merges
     return wrong
 
@@ -223,6 +231,13 @@ BPE_ACROSS = ("pairs never cross from one piece to the next: count (and merge) t
 BPE_OVERLAP_MERGE = ("merges never overlap: scan each piece left to right and, after replacing a pair, skip both "
                      "of its ids (i += 2), so that [97, 97, 97] with (97, 97) becomes [256, 97]. Yours let the "
                      "middle 97 serve in two merges ([256, 256]).")
+BPE_KEEP_SECOND = ("a merge replaces BOTH ids of the pair by the new one: after a match, append 256 + k and skip "
+                   "two ids (i += 2). Yours moved on by one (i += 1), so the pair's second id stayed in the "
+                   "piece: [97, 98] became [256, 98] instead of [256].")
+BPE_NOT_UPDATED = ("your pieces never change: after choosing a pair, replace it in every piece and keep the "
+                   "result (words[w] = new_ids, or words = [... for ids in words]); rebinding the loop variable "
+                   "(ids = new_ids) changes nothing. So you counted the same bytes again and chose merge 1's pair "
+                   "again.")
 BPE_OVERLAP_COUNT = ("overlapping pairs count: [97, 97, 97] holds (97, 97) twice, at positions 0-1 and 1-2, so "
                      "count every adjacent pair, zip(ids, ids[1:]). Yours counted it once, skipping as a merge "
                      "does (or as str.count and bytes.count do).")
@@ -251,6 +266,8 @@ BPE_GENERIC = ("start each piece as list(piece), its byte values; for k = 0 … 
 BPE_MISTAKES = [
     (_bpe(join=True), BPE_ACROSS),
     (_bpe(merge="overlapping"), BPE_OVERLAP_MERGE),
+    (_bpe(merge="keep second"), BPE_KEEP_SECOND),
+    (_bpe(update=False), BPE_NOT_UPDATED),
     (_bpe(count="non-overlapping"), BPE_OVERLAP_COUNT),
     (_bpe(recount=False), BPE_NO_RECOUNT),
     (_bpe(tie="largest"), BPE_TIE_LARGEST),
@@ -427,18 +444,19 @@ def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape
     warm: "linear" (right), "from 0" (max_lr·(step - 1)/warmup), "none" (max_lr throughout) or "sqrt"
     (max_lr·√(step/warmup)). shift: the whole schedule evaluated at step - shift. decay_shift: the
     decay's progress counted from step - decay_shift. progress: "after warmup" (right) or "whole run"
-    (step / total). shape: "half cosine" (right), "full cosine" (cos 2π·progress), "linear" or "noam"
-    (max_lr·√(warmup/step)). floor: "right", "zero" (min_lr ignored) or "added" (min_lr +
-    ½·max_lr·(1 + cos)). clamp: min_lr after total. returns: "lr" or "factor" (lr / max_lr).
+    (step / total). shape: "half cosine" (right), "full cosine" (cos 2π·progress), "linear", "noam"
+    (max_lr·√(warmup/step)) or "rising" (1 - cos). floor: "right", "zero" (min_lr ignored), "cosine
+    only" (min_lr ignored in the cosine, returned after total) or "added" (min_lr + ½·max_lr·(1 +
+    cos)). clamp: min_lr after total. returns: "lr" or "factor" (lr / max_lr).
     """
     def wrong(step, max_lr, warmup, total, min_lr=0.0):
         step -= shift
-        low = 0.0 if floor == "zero" else min_lr
+        low = 0.0 if floor in ("zero", "cosine only") else min_lr
         if warmup > 0 and step <= warmup:
             lr = {"linear": max_lr * step / warmup, "from 0": max_lr * (step - 1) / warmup, "none": max_lr,
                   "sqrt": max_lr * math.sqrt(max(step, 0) / warmup)}[warm]
         elif clamp and step >= total:
-            lr = low
+            lr = min_lr if floor == "cosine only" else low
         else:
             p = (step - decay_shift - warmup) / (total - warmup) if progress == "after warmup" else step / total
             if shape == "noam":
@@ -447,6 +465,7 @@ def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape
                 lr = max_lr - (max_lr - low) * p
             else:
                 cosine = math.cos((2 if shape == "full cosine" else 1) * math.pi * p)
+                cosine = -cosine if shape == "rising" else cosine
                 lr = low + 0.5 * (max_lr if floor == "added" else max_lr - low) * (1 + cosine)
         return lr / max_lr if returns == "factor" else lr
     return wrong
@@ -467,6 +486,11 @@ LR_WHOLE_RUN = ("the cosine starts after the warm-up: progress = (step - warmup)
                 "of the warm-up and 1 at total. Yours is step / total, so the decay does not start from max_lr.")
 LR_NO_MIN = ("the decay ends at min_lr, not at 0: lr = min_lr + ½ (max_lr - min_lr)(1 + cos(π · progress)), and "
              "min_lr after total. Yours ignores min_lr.")
+LR_MIN_IN_COSINE = ("the cosine decays to min_lr, not to 0: lr = min_lr + ½ (max_lr - min_lr)(1 + cos(π · "
+                    "progress)). Yours returns min_lr after total but leaves it out of the cosine, so the rate "
+                    "drops to 0 just before total and jumps back up to min_lr.")
+LR_RISING = ("your decay rises: ½ (1 + cos(π · progress)) goes from 1 at progress 0 down to 0 at progress 1; "
+             "yours uses 1 - cos (or -cos), which goes from 0 up to 1.")
 LR_MIN_ADDED = ("the cosine spans max_lr - min_lr: lr = min_lr + ½ (max_lr - min_lr)(1 + cos(π · progress)). Yours "
                 "adds min_lr to ½ max_lr (1 + cos), so the decay starts at max_lr + min_lr.")
 LR_FULL_COSINE = ("half a cosine, cos(π · progress), goes from max_lr down to min_lr once: yours is a full "
@@ -492,6 +516,8 @@ LR_MISTAKES = [
     (_lr(warm="sqrt"), LR_SQRT_WARMUP),
     (_lr(progress="whole run"), LR_WHOLE_RUN),
     (_lr(floor="zero"), LR_NO_MIN),
+    (_lr(floor="cosine only"), LR_MIN_IN_COSINE),
+    (_lr(shape="rising"), LR_RISING),
     (_lr(floor="added"), LR_MIN_ADDED),
     (_lr(shape="full cosine"), LR_FULL_COSINE),
     (_lr(clamp=False), LR_NO_CLAMP),
@@ -536,8 +562,9 @@ register(Exercise(
     mistakes=LR_MISTAKES,
     error_hints=[
         (ZeroDivisionError, r"division by zero",
-         "warmup may be 0, no warm-up at all: then step 1 is already in the decay. Divide by warmup only when "
-         "step <= warmup (which never holds for warmup = 0)."),
+         "warmup may be 0, no warm-up at all: then every step from 1 on is in the decay, and step / warmup "
+         "must not be computed. Use the warm-up formula only for step <= warmup, with step as given: counted "
+         "from 1, it never holds when warmup = 0 (step - 1 would make step 1 look like step 0 <= 0)."),
         (TypeError, r"missing 1 required positional argument: 'min_lr'",
          "min_lr has a default: warmup_cosine(step, max_lr, warmup, total) decays to 0, so write "
          "def warmup_cosine(step, max_lr, warmup, total, min_lr=0.0)."),
