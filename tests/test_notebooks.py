@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -133,3 +134,55 @@ def test_every_chapter_fits_its_cpu_budget():
     assert set(timings) == {p.stem for p in NOTEBOOKS}
     assert all(seconds < 180 for seconds in timings.values()), timings
     assert sum(timings.values()) < 15 * 60
+
+
+# --- nothing stored depends on the last bits of a float -----------------------------------------
+#: A printed float below this is an error of the arithmetic (1e-7 in float32) or a value that only
+#: its exponent describes: print it as a bound the cell asserts ("below 1e-06") or as a power of ten.
+TINY = 1e-5
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+BOUND = re.compile(r"(?:<|<=|≤|below|under|at most|less than)\s*$")
+
+
+def tiny_numbers(nb) -> list[str]:
+    """``cell N: 8.3e-07 in '…context…'`` for every float 0 < |x| < TINY that a stored output
+    prints (streams, plain text, glued values) other than as a bound (``< 1e-06``, ``below 1e-6``).
+    Outputs of cells that show library source (``show_source``) are code, not measurements."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or "show_source(" in cell.source:
+            continue
+        for out in cell.get("outputs", []):
+            texts = [out.get("text", "")] if out.get("output_type") == "stream" else []
+            texts += [v if isinstance(v, str) else "".join(v) for k, v in out.get("data", {}).items()
+                      if k.endswith("text/plain") or k == "text/markdown"]
+            for text in texts:
+                for m in NUMBER.finditer(text):
+                    value = float(m.group())
+                    if 0 < abs(value) < TINY and not BOUND.search(text[max(0, m.start() - 12):m.start()]):
+                        context = text[max(0, m.start() - 40):m.end() + 10].replace("\n", " ")
+                        found.append(f"cell {index}: {m.group()} in {context!r}")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_stored_output_prints_the_last_bits_of_a_float(path):
+    found = tiny_numbers(nbformat.read(path, as_version=4))
+    assert not found, (f"{path.name} prints floats below {TINY:g}, whose digits differ between processors: "
+                       "print a bound the cell asserts ('below 1e-06') or the power of ten:\n  " + "\n  ".join(found))
+
+
+def test_the_last_bits_check_can_fail():
+    def notebook(source, text):
+        nb = nbformat.v4.new_notebook()
+        nb.cells.append(nbformat.v4.new_code_cell(source, outputs=[nbformat.v4.new_output("stream", text=text)]))
+        return nb
+
+    assert tiny_numbers(notebook("print(err)", "max |logit error| 8.3e-07, same tokens\n"))
+    assert tiny_numbers(notebook("glue('e', err)", "gap -4.5e-08\n"))
+    assert tiny_numbers(notebook("x", "table 0.000001 and 1.2e-27\n")) and len(tiny_numbers(
+        notebook("x", "0.000001 1.2e-27"))) == 2
+    assert not tiny_numbers(notebook("print(err)", "max |logit error| below 1e-06 (asserted)\n"))
+    assert not tiny_numbers(notebook("print(err)", "error < 1e-6; loss 2.81, lr 3e-4, step 1e+03\n"))
+    assert not tiny_numbers(notebook("show_source(LayerNorm)", "eps: float = 1e-6\n"))
+    assert not tiny_numbers(notebook("print(0)", "0.0 0e+00 -0.0\n"))

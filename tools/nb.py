@@ -12,8 +12,8 @@
                                                       website, _build/html) also if a figure or
                                                       equation number differs from the website's
 
-Chapters run in their own directory (book/) on the CPU; the Preface runs last because it
-quotes the other chapters' run times.
+Chapters run in their own directory (book/) on the CPU, in a kernel with the pinned numerics
+(tinyformer/numerics.env); the Preface runs last because it quotes the other chapters' run times.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -64,20 +63,17 @@ def check_sync() -> int:
 
 
 def execute(md: Path, timeout: int = 600) -> float:
+    from tinyformer.setup import pinned_env
+
     nb = jupytext.read(md)
-    # Stored outputs are the CPU reference, whatever the machine that makes them.
-    env_before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    try:
-        start = time.perf_counter()
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(md.parent)}}).execute()
-        seconds = time.perf_counter() - start
-    finally:
-        if env_before is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = env_before
+    # Stored outputs are the CPU reference, made with the pinned numerics (tinyformer/numerics.env)
+    # whatever the machine that makes them, so that nbval reproduces them on any x86-64 CPU.
+    env = pinned_env()
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                   resources={"metadata": {"path": str(md.parent)}}).execute(env=env)
+    seconds = time.perf_counter() - start
     nb.metadata.pop("widgets", None)
     for i, cell in enumerate(nb.cells):  # stable ids, so re-execution is byte-identical
         cell.id = hashlib.sha1(f"{i}:{cell.source}".encode()).hexdigest()[:8]

@@ -14,9 +14,50 @@ import numpy as np
 import torch
 
 
-def _num_threads(default: int = 2) -> int:
-    """``TINYFORMER_NUM_THREADS`` if set (the grader sets it to 1 when it runs notebooks side by
-    side: two kernels of two threads each on two cores run many times slower), else ``default``."""
+def _read_pinned() -> dict[str, str]:
+    """The settings in ``tinyformer/numerics.env`` (``VAR=value`` lines; ``#`` starts a comment)."""
+    from importlib import resources
+
+    pinned = {}
+    for number, line in enumerate((resources.files("tinyformer") / "numerics.env").read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name.strip()) or not value.strip():
+            raise ValueError(f"numerics.env line {number}: expected VAR=value, got {line!r}")
+        pinned[name.strip()] = value.strip()
+    return pinned
+
+
+#: The numerics pinned for the book's stored outputs (``tinyformer/numerics.env``): PyTorch's,
+#: MKL's and oneDNN's code paths held at AVX2 and one thread, so that a run gives the same bits on
+#: every x86-64 processor with AVX2. They act only when set before torch starts: in the
+#: environment of a new process (:func:`pinned_env`).
+PINNED_NUMERICS = _read_pinned()
+
+
+def pinned_env(env=None) -> dict[str, str]:
+    """``env`` (default: this process's environment) with :data:`PINNED_NUMERICS` set: the
+    environment to start a kernel or a process in whose numbers must reproduce anywhere."""
+    out = dict(os.environ if env is None else env)
+    out.update(PINNED_NUMERICS)
+    return out
+
+
+def numerics_pinned() -> bool:
+    """Whether this process runs with the pinned numerics (its environment has them and torch's
+    vectorised kernels run at the pinned level)."""
+    if any(os.environ.get(k) != v for k, v in PINNED_NUMERICS.items()):
+        return False
+    return torch.backends.cpu.get_cpu_capability().lower() == PINNED_NUMERICS["ATEN_CPU_CAPABILITY"].lower()
+
+
+def _num_threads(default: int | None = None) -> int:
+    """``TINYFORMER_NUM_THREADS`` if set (the grader sets it to share the cores among the
+    notebooks it runs side by side), else ``default``, by default the pinned count."""
+    if default is None:
+        default = int(PINNED_NUMERICS["TINYFORMER_NUM_THREADS"])
     text = os.environ.get("TINYFORMER_NUM_THREADS", "").strip()
     if not text:
         return default

@@ -65,6 +65,7 @@ import torch
 from tinyformer.course import _nbrun
 from tinyformer.course import engine as checks
 from tinyformer.course.student import EXERCISE_TAG
+from tinyformer.setup import PINNED_NUMERICS
 
 
 @dataclass
@@ -446,6 +447,7 @@ def _sandbox_env(private: Path, token: str, threads: int, in_bwrap: bool) -> dic
     """A small environment: no secrets of the grader's (CI tokens), writable homes in the private dir."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONPATH", "TZ")}
     home = private / "home"
+    env.update(PINNED_NUMERICS)  # the book's numerics (tinyformer/numerics.env); the threads are set below
     env.update({
         "HOME": str(home), "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_DATA_DIR": str(home / "data"),
         "IPYTHONDIR": str(home / "ipython"), "MPLCONFIGDIR": str(home / "mpl"), "XDG_CACHE_HOME": str(home / "cache"),
