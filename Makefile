@@ -8,6 +8,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DIR    ?= student
+# pytest-xdist workers for make pytest: one per core
+JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 # where make grade writes grades.csv, grades.json and grades.md; GRADE_FLAGS adds options (--jobs 2 …)
 OUT    ?= grades
 GRADE_FLAGS ?=
@@ -40,8 +42,10 @@ lint: $(STAMP)
 workflows: $(STAMP)
 	$(PY) tools/lint_workflows.py
 
+# on every core (pytest-xdist; each worker runs one thread); the notebooks nbval compares run one at a
+# time, with the pinned numerics' two threads
 pytest: $(STAMP)
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest -n $(JOBS) --durations=15 tests
 
 nbval: $(STAMP)
 	$(VENV)/bin/pytest --nbval $(BOOK_NOTEBOOKS) --nbval-sanitize-with tools/nbval_sanitize.cfg

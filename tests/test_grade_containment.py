@@ -15,13 +15,16 @@ from test_grade_adversarial import _left_running, _nb, _solutions, _vandal
 from tinyformer import checks
 from tinyformer.course import grade
 
+from conftest import scaled
+
 
 def test_without_bubblewrap_a_double_forked_setsid_process_is_gone_before_the_row(tmp_path):
     folder, out = tmp_path / "class", tmp_path / "grades"
     folder.mkdir()
     out.mkdir()
     nbformat.write(_nb(*_solutions(), nbformat.v4.new_code_cell(_vandal(folder, out))), folder / "vandal.ipynb")
-    rows = grade.grade_folder(folder, out, timeout=60, exercise_timeout=5, seed=3, progress=False, cell_timeout=20,
+    rows = grade.grade_folder(folder, out, timeout=scaled(60), exercise_timeout=scaled(5), seed=3, progress=False,
+                              cell_timeout=scaled(20),
                               jobs=1, isolation="none")
     assert _left_running() == []            # both daemons: the one with the run's token, the one without
     report = (out / "grades.json").read_bytes()
@@ -33,13 +36,14 @@ def test_without_bubblewrap_a_double_forked_setsid_process_is_gone_before_the_ro
 
 
 def test_the_notebook_time_limit_stops_the_cells_and_the_functions_are_still_judged(tmp_path):
-    slow = [nbformat.v4.new_code_cell("import time\n\ntime.sleep(6)") for _ in range(2)]
+    slow = [nbformat.v4.new_code_cell("import time\n\ntime.sleep(3600)") for _ in range(2)]
     nb = _nb(*_solutions()[:2], *slow, *_solutions()[2:])
     nbformat.write(nb, tmp_path / "slow.ipynb")
-    rows = grade.grade_folder(tmp_path, tmp_path / "out", timeout=12, exercise_timeout=5, seed=3, progress=False,
-                              cell_timeout=20, jobs=1)
+    limit = scaled(12)  # the first cells finish well within it; the sleeping cell does not
+    rows = grade.grade_folder(tmp_path, tmp_path / "out", timeout=limit, exercise_timeout=scaled(5), seed=3,
+                              progress=False, cell_timeout=scaled(20), jobs=1)
     status = {r.exercise: r.status for r in rows}
-    assert rows[0].run.startswith("timeout: the notebook's limit of 12 s ran out at code cell ")
+    assert rows[0].run.startswith(f"timeout: the notebook's limit of {limit} s ran out at code cell ")
     assert status == {**dict.fromkeys(CHAPTER[:2], checks.PASS), **dict.fromkeys(CHAPTER[2:], grade.TIMEOUT)}
 
 

@@ -474,3 +474,14 @@ def test_measured_names_what_exists():
 
     with pytest.raises(ValueError, match="h100-ch06"):
         measured("h100")
+
+
+def test_below_shows_the_bound_and_checks_it():
+    assert tsetup.below(2.98e-07, 1e-5) == "below 1e-05"
+    assert tsetup.below(-3e-7, 1e-6) == "below 1e-06" and tsetup.below(0.0, 1e-6) == "below 1e-06"
+    for bad in (1e-5, 2e-5, float("nan"), float("inf")):
+        with pytest.raises(AssertionError, match="is not below 1e-05"):
+            tsetup.below(bad, 1e-5)
+    for bound in (0, -1e-6):
+        with pytest.raises(ValueError, match="bound must be a positive number"):
+            tsetup.below(0.0, bound)

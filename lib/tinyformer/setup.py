@@ -9,23 +9,22 @@ import os
 import random
 import re
 import textwrap
+from importlib.resources import files as _files
 
 import numpy as np
 import torch
 
 
-def _read_pinned() -> dict[str, str]:
-    """The settings in ``tinyformer/numerics.env`` (``VAR=value`` lines; ``#`` starts a comment)."""
-    from importlib import resources
-
+def parse_env(text: str) -> dict[str, str]:
+    """``VAR=value`` lines as a dict (``#`` starts a comment), as in ``tinyformer/numerics.env``."""
     pinned = {}
-    for number, line in enumerate((resources.files("tinyformer") / "numerics.env").read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         name, sep, value = line.partition("=")
         if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name.strip()) or not value.strip():
-            raise ValueError(f"numerics.env line {number}: expected VAR=value, got {line!r}")
+            raise ValueError(f"line {number}: expected VAR=value, got {line!r}")
         pinned[name.strip()] = value.strip()
     return pinned
 
@@ -34,7 +33,7 @@ def _read_pinned() -> dict[str, str]:
 #: MKL's and oneDNN's code paths held at AVX2 and one thread, so that a run gives the same bits on
 #: every x86-64 processor with AVX2. They act only when set before torch starts: in the
 #: environment of a new process (:func:`pinned_env`).
-PINNED_NUMERICS = _read_pinned()
+PINNED_NUMERICS = parse_env(_files("tinyformer").joinpath("numerics.env").read_text())
 
 
 def pinned_env(env=None) -> dict[str, str]:
@@ -108,6 +107,21 @@ def seed_everything(seed: int = 0) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     torch.set_num_threads(NUM_THREADS)
+
+
+def below(value, bound: float) -> str:
+    """``"below 1e-05"``: a value whose digits are rounding error, shown as the bound it stays under.
+
+    An error of 3e-7 between two float32 computations prints other digits on another processor
+    (or 0), so the book prints and glues the bound, not the value; and checks it, raising an
+    ``AssertionError`` when ``|value|`` is not below ``bound``.
+    """
+    value, bound = float(value), float(bound)
+    if not bound > 0:
+        raise ValueError(f"bound must be a positive number, got {bound!r}")
+    if not abs(value) < bound:  # NaN included
+        raise AssertionError(f"{value!r} is not below {bound:.0e}")
+    return f"below {bound:.0e}"
 
 
 def show_source(obj) -> object:
