@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from tinyformer.attention import MultiHeadAttention, repeat_kv
+from tinyformer.experiments.ch05 import BigramLM
 from tinyformer.kvcache import KVCache, LayerCache, kv_cache_bytes
 from tinyformer.model import GPT, GPTConfig, decode_flops, gpt_param_count, matmul_params
 from tinyformer.sampling import generate
-from tinyformer.toy import BigramLM
 
 SCHEMES = ("learned", "sinusoidal", "rotary", "none")
 
@@ -370,7 +370,7 @@ def test_a_model_can_be_copied_after_a_cached_forward_with_gradients():
 @pytest.mark.parametrize("fused", [True, False])
 def test_grouped_query_decoding_reads_the_cache_without_copying_it(fused):
     """The cached step with one key/value head runs no repeat_interleave (the cache is not copied)."""
-    from tinyformer.toy import count_ops
+    from tinyformer.experiments.ch08 import count_ops
     model = small(n_kv_head=1, fused=fused)
     cache = model.new_cache(1)
     with torch.no_grad():

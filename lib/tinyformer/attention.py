@@ -19,21 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tinyformer.positions import RotaryEmbedding
-from tinyformer.setup import check_int
-
-
-def _require_tensor(name: str, t, min_rank: int) -> None:
-    """A floating-point tensor with at least ``min_rank`` dimensions, or an
-    error naming ``name``."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, "
-                        f"got {type(t).__name__}")
-    if t.dim() < min_rank:
-        raise ValueError(f"{name} must have at least {min_rank} dimensions, "
-                         f"got shape {tuple(t.shape)}")
-    if not t.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, "
-                        f"got dtype {t.dtype}")
+from tinyformer.validation import _check_kv_heads, _require_tensor, check_int
 
 
 def _require_matrix(name: str, W, rows: int, cols: int | None = None) -> None:
@@ -206,18 +192,6 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     *lead, n_heads, T, d_head = x.shape
     x = x.transpose(-3, -2)                         # (..., T, n_heads, d_head)
     return x.reshape(*lead, T, n_heads * d_head)
-
-
-def _check_kv_heads(n_heads: int, n_kv_heads) -> int:
-    """``n_kv_heads`` (None: ``n_heads``) must divide ``n_heads``."""
-    if n_kv_heads is None:
-        return n_heads
-    n_kv_heads = check_int("n_kv_heads", n_kv_heads)
-    if n_heads % n_kv_heads:
-        raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads "
-                         f"({n_heads}): each key/value head serves a group "
-                         f"of query heads")
-    return n_kv_heads
 
 
 def repeat_kv(t: torch.Tensor, n_heads: int) -> torch.Tensor:

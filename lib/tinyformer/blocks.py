@@ -16,37 +16,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tinyformer.attention import MultiHeadAttention
-from tinyformer.setup import check_int
+from tinyformer.validation import _check_bool, _check_eps, _check_features, check_int
 
 NORMS = ("pre", "post")
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
-
-
-def _check_features(name: str, x, d: int) -> None:
-    """x must be a floating tensor whose last dimension is d."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got "
-                        f"{type(x).__name__}")
-    if x.dim() < 1 or x.shape[-1] != d:
-        raise ValueError(f"{name} must have last dimension {d}, got shape "
-                         f"{tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got "
-                        f"{x.dtype}")
-
-
-def _check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a number, got {eps!r}")
-    if not eps > 0 or not math.isfinite(eps):
-        raise ValueError(f"eps must be a positive number, got {eps!r}")
-    return float(eps)
-
-
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return value
 
 
 class LayerNorm(nn.Module):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tinyformer.setup import check_int
+from tinyformer.validation import check_int
 
 WORD_PATTERN = re.compile(r"[a-z]+|[.,]")
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from tinyformer.attention import causal_mask, scaled_dot_product_attention
-from tinyformer.setup import check_int
+from tinyformer.validation import check_int
 
 
 class LayerCache:

@@ -13,30 +13,26 @@ model's parameters and the FLOPs of a training step in closed form.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tinyformer.attention import _check_kv_heads
-from tinyformer.blocks import NORMS, TransformerStack, _check_bool, _check_eps, block_param_count, init_gpt2_
+from tinyformer.blocks import NORMS, TransformerStack, block_param_count, init_gpt2_
 from tinyformer.kvcache import KVCache
 from tinyformer.positions import LearnedPositions, sinusoidal_positions
-from tinyformer.setup import check_int
-from tinyformer.toy import _require_ids, _require_vocab
+from tinyformer.validation import (
+    _check_bool,
+    _check_eps,
+    _check_kv_heads,
+    _check_std,
+    _require_ids,
+    _require_vocab,
+    check_int,
+)
 
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
-
-
-def _check_std(std) -> float:
-    if isinstance(std, bool) or not isinstance(std, (int, float)):
-        raise TypeError(f"init_std must be a number, got {std!r}")
-    if not math.isfinite(std) or std < 0:
-        raise ValueError(f"init_std must be a finite number >= 0, "
-                         f"got {std!r}")
-    return float(std)
 
 
 @dataclass

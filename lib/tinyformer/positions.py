@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn as nn
 
-from tinyformer.setup import check_int
+from tinyformer.validation import check_int
 
 
 def _check_even(name: str, d: int) -> int:

@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tinyformer.setup import check_int
+from tinyformer.validation import check_int
 
 
 def _check_temperature(temperature) -> float:

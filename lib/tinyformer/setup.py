@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import numbers
 import os
 import random
 import re
@@ -13,6 +12,8 @@ from importlib.resources import files as _files
 
 import numpy as np
 import torch
+
+from tinyformer.validation import check_int  # re-exported: tinyformer.check_int
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -78,20 +79,6 @@ def get_device() -> torch.device:
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
-
-
-def check_int(name: str, value, minimum: int | None = 1) -> int:
-    """Return ``value`` as a Python ``int``, or raise an error that names the argument.
-
-    Any integer is accepted (NumPy's ``np.int64`` included), but not ``bool``, which Python counts
-    as an integer although ``n_heads=True`` is surely a mistake. ``minimum=None`` allows any value.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
 
 
 def seed_everything(seed: int = 0) -> None:

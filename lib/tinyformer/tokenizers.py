@@ -27,7 +27,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from tinyformer.setup import check_int
+from tinyformer.validation import check_int
 
 # GPT-2's pre-tokenisation split, written for Python's re (no \p{L}): English
 # contractions, an optional space and a run of letters, of digits, or of other

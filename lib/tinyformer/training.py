@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from tinyformer.data import _as_stream, get_batch
-from tinyformer.setup import check_int
+from tinyformer.validation import check_int
 
 SCHEDULES = ("cosine", "noam", "constant")
 

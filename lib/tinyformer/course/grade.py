@@ -64,7 +64,7 @@ import torch
 
 from tinyformer.course import _nbrun
 from tinyformer.course import engine as checks
-from tinyformer.course.student import EXERCISE_TAG
+from tinyformer.course.cells import EXERCISE_TAG
 from tinyformer.setup import PINNED_NUMERICS
 
 

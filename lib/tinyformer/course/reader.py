@@ -55,7 +55,7 @@ from pybtex.database import parse_file
 from pybtex.plugin import find_plugin
 from pybtex.richtext import Text
 
-from tinyformer.course.student import BEGIN, END, exercise_name, has_exercises, stub_function, stub_source
+from tinyformer.course.cells import BEGIN, END, exercise_name, has_exercises, stub_function, stub_source
 
 __all__ = ["Book", "ReaderError", "chapter_metadata", "check_readers", "dumps", "find_root", "myst_problems",
            "reader_notebook", "reader_paths", "write_readers"]

@@ -22,7 +22,7 @@ import symtable
 
 import nbformat
 
-from tinyformer.course.student import exercise_name
+from tinyformer.course.cells import exercise_name
 
 #: Names IPython provides in every kernel.
 KERNEL_NAMES = frozenset(dir(builtins)) | {"get_ipython", "display", "In", "Out", "exit", "quit"}

@@ -19,77 +19,22 @@ chapter and exercises, ``{"tinyformer": {"chapter": "02-attention", "exercises":
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import nbformat
 
-from tinyformer.course.engine import EXERCISES
-
-BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
-EXERCISE_TAG = "exercise-"
-_DEF = re.compile(r"^(?P<indent>\s*)def\s+(?P<name>\w+)\s*\(")
-
-
-def exercise_name(cell) -> str | None:
-    """The check name of an exercise cell (its ``exercise-<name>`` tag), or None."""
-    tags = cell.get("metadata", {}).get("tags", [])
-    for tag in tags if isinstance(tags, list) else []:
-        if isinstance(tag, str) and tag.startswith(EXERCISE_TAG):
-            return tag[len(EXERCISE_TAG):]
-    return None
-
-
-def solution_lines(source: str) -> list[str]:
-    """The lines strictly between the BEGIN and END markers."""
-    out, inside = [], False
-    for line in source.splitlines():
-        if line.strip() == BEGIN:
-            inside = True
-        elif line.strip() == END:
-            inside = False
-        elif inside:
-            out.append(line)
-    return out
-
-
-def stub_function(name: str, source: str) -> str:
-    """The function a stub of exercise ``name`` names: the registry's ``function``; for an exercise
-    not registered, the ``def`` that encloses the first BEGIN marker; else ``name`` itself."""
-    if name in EXERCISES:
-        return EXERCISES[name].function
-    enclosing = name
-    for line in source.splitlines():
-        if line.strip() == BEGIN:
-            break
-        m = _DEF.match(line)
-        if m:
-            enclosing = m["name"]
-    return enclosing
-
-
-def stub_source(source: str, name: str) -> str:
-    """Replace each BEGIN…END region with a ``NotImplementedError`` stub at the same indentation."""
-    lines, out, inside = source.splitlines(), [], False
-    for lineno, line in enumerate(lines, 1):
-        stripped = line.strip()
-        if stripped == BEGIN:
-            if inside:
-                raise ValueError(f"exercise {name!r}: nested {BEGIN} at line {lineno}")
-            inside = True
-            indent = line[: len(line) - len(line.lstrip())]
-            out.append(f"{indent}# YOUR CODE HERE")
-            out.append(f'{indent}raise NotImplementedError("{name} is not implemented yet")')
-        elif stripped == END:
-            if not inside:
-                raise ValueError(f"exercise {name!r}: {END} without {BEGIN} at line {lineno}")
-            inside = False
-        elif not inside:
-            out.append(line)
-    if inside:
-        raise ValueError(f"exercise {name!r}: {BEGIN} is never closed by {END}")
-    return "\n".join(out)
+from tinyformer.course.cells import (  # noqa: F401 - re-exported: tinyformer.student's names
+    BEGIN,
+    END,
+    EXERCISE_TAG,
+    exercise_name,
+    has_exercises,
+    solution_lines,
+    stub_function,
+    stub_source,
+)
+from tinyformer.course.reader import Book, dumps, find_root, reader_notebook
 
 
 def make_student(nb, chapter: str | None = None, book=None):
@@ -101,22 +46,14 @@ def make_student(nb, chapter: str | None = None, book=None):
     recorded in the notebook's metadata for the grader; ``book`` is the reader context, by
     default the book around the current directory.
     """
-    from tinyformer.course.reader import reader_notebook
-
     out = reader_notebook(nb, chapter or "notebook", book, exercises=True)
     out.metadata["tinyformer"]["chapter"] = chapter
     return out
 
 
-def has_exercises(nb) -> bool:
-    return any(c.cell_type == "code" and exercise_name(c) for c in nb.cells)
-
-
 def write_student_notebooks(sources: list[Path], out_dir: Path) -> list[Path]:
     """Write the exercise notebook of each chapter in ``sources`` that has exercises, byte for
     byte what ``notebooks/exercises/`` holds for it."""
-    from tinyformer.course.reader import Book, dumps, find_root
-
     out_dir.mkdir(parents=True, exist_ok=True)
     books: dict = {}
     written = []

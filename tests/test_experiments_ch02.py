@@ -1,4 +1,5 @@
-"""Tests for tinyformer.toy, the experiment scaffolding: shapes, order, causality, training, errors,
+"""Tests for chapter 2's model (tinyformer.experiments.ch02.OneLayerAttention) and the shared toy
+scaffolding it is trained with (tinyformer.experiments.toy): shapes, order, causality, training, errors,
 devices. References are explicit loops and torch's own functions."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from tinyformer.attention import MultiHeadAttention, causal_mask
-from tinyformer.toy import OneLayerAttention, lookback_batch, next_token_loss, random_tokens, train
+from tinyformer.experiments.ch02 import OneLayerAttention
+from tinyformer.experiments.toy import lookback_batch, next_token_loss, random_tokens, train
 
 META = torch.device("meta")
 

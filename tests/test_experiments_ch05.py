@@ -1,8 +1,8 @@
-"""Tests for Chapter 5's additions to tinyformer.toy: the count-based word model that stands in for
-a trained network while the chapter studies decoding (BigramLM), and the profile of a training
-step by kind of work (step_part, STEP_PARTS, profile_step). References are written here:
-collections.Counter over adjacent pairs, the smoothed log-probability in closed form with
-``math.log``, a greedy path read off the counts by hand, and op names taken from a real
+"""Tests for Chapter 5's experiment scaffolding (tinyformer.experiments.ch05): the count-based word
+model that stands in for a trained network while the chapter studies decoding (BigramLM), and the
+profile of a training step by kind of work (step_part, STEP_PARTS, profile_step). References are
+written here: collections.Counter over adjacent pairs, the smoothed log-probability in closed form
+with ``math.log``, a greedy path read off the counts by hand, and op names taken from a real
 torch.profiler run of the library's GPT."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from tinyformer.experiments.ch05 import STEP_PARTS, BigramLM, profile_step, step_part
 from tinyformer.sampling import generate, greedy
-from tinyformer.toy import STEP_PARTS, BigramLM, profile_step, step_part
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 PARTS = [part for part, _ in STEP_PARTS] + ["other"]

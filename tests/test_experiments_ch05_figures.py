@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-from tinyformer.viz import draw_gpt  # noqa: E402
+from tinyformer.experiments.ch05 import draw_gpt  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

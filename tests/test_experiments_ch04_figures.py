@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from tinyformer.viz import draw_position_paths  # noqa: E402
+from tinyformer.experiments.ch04 import draw_position_paths  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

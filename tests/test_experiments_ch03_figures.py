@@ -1,5 +1,4 @@
-"""Chapter 3's figure helpers: the block schematic puts each part where its norm placement says,
-and the per-layer plot draws exactly the numbers it is given."""
+"""Chapter 3's figure: the block schematic puts each part where its norm placement says."""
 
 from __future__ import annotations
 
@@ -8,11 +7,9 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
-from tinyformer.viz import draw_block, plot_per_layer  # noqa: E402
+from tinyformer.experiments.ch03 import draw_block  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -64,34 +61,3 @@ def test_block_draws_on_a_given_axes_and_rejects_bad_norm():
     assert draw_block("post", ax) is ax
     with pytest.raises(ValueError, match="norm must be 'pre' or 'post'"):
         draw_block("middle")
-
-
-def test_plot_per_layer_draws_the_values():
-    curves = {"a": [1.0, 10.0, 100.0], "b": torch.tensor([2.0, 3.0])}
-    ax = plot_per_layer(curves, ylabel="size", start=1)
-    assert ax.get_yscale() == "log" and ax.get_ylabel() == "size"
-    (la, lb) = ax.lines
-    np.testing.assert_array_equal(la.get_xdata(), [1, 2, 3])
-    np.testing.assert_array_equal(la.get_ydata(), [1.0, 10.0, 100.0])
-    np.testing.assert_array_equal(lb.get_ydata(), [2.0, 3.0])
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
-    assert plot_per_layer({"c": [1, 2]}, log=False).get_yscale() == "linear"
-
-
-def test_plot_per_layer_labels_a_narrow_log_range_with_plain_numbers():
-    narrow = plot_per_layer({"a": [1.0, 4.9]})
-    assert narrow.yaxis.get_major_formatter()(1.0, 0) == "1"
-    assert narrow.yaxis.get_minor_formatter()(2.0, 0) == "2"
-    assert narrow.yaxis.get_minor_formatter()(4.0, 0) == ""
-    wide = plot_per_layer({"a": [1e-20, 1e3]})          # many decades: powers of ten as usual
-    assert wide.yaxis.get_major_formatter()(1e-20, 0) != "1e-20"
-
-
-@pytest.mark.parametrize(("curves", "error", "match"), [
-    ({}, TypeError, "non-empty dict"),
-    ([1, 2], TypeError, "non-empty dict"),
-    ({"a": [[1, 2]]}, ValueError, "must be 1-D"),
-])
-def test_plot_per_layer_rejects_bad_input(curves, error, match):
-    with pytest.raises(error, match=match):
-        plot_per_layer(curves)

@@ -1,4 +1,4 @@
-"""Tests for Chapter 4's experiment scaffolding in tinyformer.toy: the model that differs only in
+"""Tests for Chapter 4's experiment scaffolding (tinyformer.experiments.ch04): the model that differs only in
 its position scheme, its loss and per-position accuracy, and the reversal task. References are
 written out here (plain-Python tables, loops, torch's cross-entropy on hand-picked logits), never
 outputs of the code under test."""
@@ -12,15 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from tinyformer.toy import (
+from tinyformer.experiments.ch04 import (
     POSITION_SCHEMES,
     PositionLM,
     accuracy_by_position,
-    lookback_batch,
     reverse_batch,
     token_loss,
-    train,
 )
+from tinyformer.experiments.toy import lookback_batch, train
 
 META = torch.device("meta")
 

@@ -1,4 +1,4 @@
-"""Tests for Chapter 3's experiment scaffolding in tinyformer.toy: taking a stack apart, the
+"""Tests for Chapter 3's experiment scaffolding (tinyformer.experiments.ch03): taking a stack apart, the
 regression task, and the measurements at initialisation. References are written out here from
 the blocks' parts and torch primitives (autograd, torch.func, NumPy's least squares, closed
 forms), never outputs of the code under test."""
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from tinyformer.blocks import LayerNorm, TransformerBlock, TransformerStack
-from tinyformer.toy import (
+from tinyformer.experiments.ch03 import (
     ZeroSublayer,
     absolute_value_batch,
     affine_floor,
