@@ -13,6 +13,7 @@ the two commonest punctuation marks.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -248,6 +249,39 @@ def synthetic_corpus(n_sentences: int, seed: int = 0,
     return corpus
 
 
+def synthetic_entropy(mix=(0.4, 0.3, 0.2, 0.1)) -> dict:
+    """The entropy of :func:`synthetic_corpus`'s language, computed from its grammar: the floor
+    below which no model's loss can go, however large or well trained.
+
+    Sentences are drawn independently, and each sentence's words determine every choice that made
+    it (its kind, template, words and length), so the entropy per sentence is
+    ``H(kind) + Σ_kind P(kind)·H(choices | kind)``; divided by the expected number of tokens per
+    sentence (the tokens of :func:`words`: words, ``.`` and ``,``; no newline), it is the
+    entropy rate in nats per token, the best loss a predictor that has read every earlier
+    sentence can reach. Returns ``{"nats_per_token", "nats_per_sentence", "tokens_per_sentence"}``."""
+    if len(mix) != 4 or any(m < 0 for m in mix) or sum(mix) <= 0:
+        raise ValueError(f"mix must be 4 non-negative weights (pronoun, relation, repeat, "
+                         f"filler), got {mix!r}")
+    p = [m / sum(mix) for m in mix]
+    log = math.log
+    h_kind = -sum(q * log(q) for q in p if q > 0)
+    h_pron, l_pron = log(len(PRONOUN_TEMPLATES)), 0.0  # the template, then its nouns, which fits, adjective
+    for template, firsts, seconds, adj_a, adj_b in PRONOUN_TEMPLATES:
+        h_pron += (log(len(firsts)) + log(len(seconds)) + log(2)
+                   + (log(len(adj_a)) + log(len(adj_b))) / 2) / len(PRONOUN_TEMPLATES)
+        l_pron += len(words(template.format(a="a", b="b", adj="c"))) / len(PRONOUN_TEMPLATES)
+    h_rel = log(len(RELATIONS)) + sum(log(len(pairs)) for pairs in RELATIONS.values()) / len(RELATIONS)
+    l_rel = sum(len(words(RELATION_TEMPLATES[name].format(x="x", y="y")))
+                for name in RELATIONS) / len(RELATIONS)
+    span = (3 + 6) / 2                          # a repeated span has 3 to 6 words; its copy adds nothing
+    h_rep, l_rep = log(4) + span * log(len(FILLER)), 4 + 2 * span
+    filler = (5 + 10) / 2                       # 5 to 10 words and a period
+    h_fill, l_fill = log(6) + filler * log(len(FILLER)), filler + 1
+    h = h_kind + p[0] * h_pron + p[1] * h_rel + p[2] * h_rep + p[3] * h_fill
+    n = p[0] * l_pron + p[1] * l_rel + p[2] * l_rep + p[3] * l_fill
+    return {"nats_per_token": h / n, "nats_per_sentence": h, "tokens_per_sentence": n}
+
+
 # Public corpora, downloaded only on request, verified by checksum and cached.
 CORPORA = {
     "tiny-shakespeare": (
@@ -289,4 +323,4 @@ def load_corpus(name: str, cache_dir=None) -> str:
 
 __all__ = ["CORPORA", "PRONOUN_TEMPLATES", "RELATIONS", "SyntheticCorpus",
            "WORD_PATTERN", "english_split", "english_text", "get_batch",
-           "load_corpus", "pack_documents", "synthetic_corpus", "words"]
+           "load_corpus", "pack_documents", "synthetic_corpus", "synthetic_entropy", "words"]

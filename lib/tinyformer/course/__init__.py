@@ -11,6 +11,7 @@ from tinyformer.course import (
     ch04,  # noqa: F401 - registers chapter 4's exercises
     ch05,  # noqa: F401 - registers chapter 5's exercises
     ch06,  # noqa: F401 - registers chapter 6's exercises
+    ch07,  # noqa: F401 - registers chapter 7's exercises
     ch08,  # noqa: F401 - registers chapter 8's exercises
 )
 from tinyformer.course.engine import (

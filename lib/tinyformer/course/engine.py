@@ -534,11 +534,10 @@ def _close(out, ref, ex: Exercise) -> bool:
             return bool(torch.equal(out, ref))
         return bool(torch.allclose(out, ref, rtol=ex.rtol, atol=ex.atol, equal_nan=True))
     if isinstance(ref, (int, float)) and type(out) in (int, float):
-        if type(out) is int and type(ref) is int:
-            if out == ref:                  # exact, however large (math.isclose overflows past 1e308)
-                return True
-            if abs(out) > 2 ** 1000 or abs(ref) > 2 ** 1000:
-                return False                # no float tolerance can make such integers agree
+        if type(out) is int and type(ref) is int and out == ref:
+            return True                     # exact, however large (math.isclose overflows past 1e308)
+        if any(type(v) is int and abs(v) > 2 ** 1000 for v in (out, ref)):
+            return False                    # no float tolerance can make such a number agree
         return math.isclose(out, ref, rel_tol=ex.rtol, abs_tol=ex.atol)
     return out == ref
 

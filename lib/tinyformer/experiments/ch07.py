@@ -1,0 +1,101 @@
+"""Chapter 7 (scaling laws): a laboratory of small runs on the synthetic language.
+
+The chapter fits scaling laws to runs the reader trains: GPTs of a few widths, each trained with
+its own cosine schedule on a given number of tokens of :func:`~tinyformer.data.synthetic_corpus`'s
+language, read one word at a time (:func:`word_data`), and scored on held-out sentences. The
+language can be generated without end, so a run never sees a sentence twice unless it is asked to,
+and its entropy is known from its grammar (:func:`~tinyformer.data.synthetic_entropy`): the floor
+a fitted irreducible loss can be checked against. :func:`run` trains one model and returns its
+size, its tokens, its compute and its held-out loss; :func:`sweep` runs a grid with a progress
+bar, keeping every finished run in a JSON file so an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from tinyformer.data import synthetic_corpus, words
+from tinyformer.model import GPT, GPTConfig
+from tinyformer.scaling import count_params, training_flops
+from tinyformer.training import estimate_loss, train
+from tinyformer.validation import check_int
+
+#: The shape every run shares: only the width changes (n_layer and the context stay fixed, so the
+#: parameter count grows as d_model²).
+N_LAYER, N_HEAD, BLOCK_SIZE, BATCH_SIZE = 2, 2, 24, 32
+
+
+def word_data(n_train: int = 100_000, n_val: int = 2_000, seed: int = 0):
+    """Token ids of ``n_train`` training and ``n_val`` validation sentences of the synthetic
+    language, drawn with different seeds (the language is small: most validation sentences also
+    occur among the training ones), one token per word or mark.
+    Returns ``(train_ids, val_ids, vocab)``; the vocabulary is every word either half uses."""
+    n_train, n_val = check_int("n_train", n_train), check_int("n_val", n_val)
+    train_words = words(synthetic_corpus(n_train, seed=seed).text)
+    val_words = words(synthetic_corpus(n_val, seed=seed + 10_000).text)
+    vocab = sorted(set(train_words) | set(val_words))
+    index = {w: i for i, w in enumerate(vocab)}
+    as_ids = lambda ws: torch.tensor([index[w] for w in ws])  # noqa: E731
+    return as_ids(train_words), as_ids(val_words), vocab
+
+
+def config_for(d_model: int, vocab_size: int) -> GPTConfig:
+    """The sweep's GPT of width ``d_model`` (2 layers, 2 heads, a 24-token window)."""
+    return GPTConfig(vocab_size=vocab_size, block_size=BLOCK_SIZE, n_layer=N_LAYER, n_head=N_HEAD,
+                     d_model=check_int("d_model", d_model))
+
+
+def run(d_model: int, tokens: int, train_ids, val_ids, vocab_size: int, seed: int = 0,
+        lr: float = 1e-2) -> dict:
+    """Train one GPT of width ``d_model`` on ``tokens`` training tokens (rounded down to whole
+    steps of 32 x 24 tokens) with a cosine schedule that ends with the run, and return
+    ``{"d_model", "N" (non-embedding parameters), "N_total", "D" (tokens seen), "C" (6·N·D),
+    "steps", "seed", "loss" (held-out, nats per token)}``."""
+    tokens = check_int("tokens", tokens, minimum=BATCH_SIZE * BLOCK_SIZE)
+    steps = tokens // (BATCH_SIZE * BLOCK_SIZE)
+    torch.manual_seed(seed)
+    model = GPT(config_for(d_model, vocab_size))
+    train(model, train_ids, steps=steps, batch_size=BATCH_SIZE, lr=lr, warmup=max(steps // 10, 1),
+          weight_decay=0.0, eval_every=steps, eval_batches=1, seed=seed, progress=False)
+    N, D = count_params(model), steps * BATCH_SIZE * BLOCK_SIZE
+    loss = estimate_loss(model, val_ids, batch_size=64, block_size=BLOCK_SIZE, n_batches=20)
+    return {"d_model": d_model, "N": N, "N_total": count_params(model, non_embedding=False), "D": D,
+            "C": training_flops(N, D), "steps": steps, "seed": seed, "loss": loss}
+
+
+def sweep(grid, train_ids, val_ids, vocab_size: int, path=None, progress: bool = True) -> list[dict]:
+    """:func:`run` for every ``(d_model, tokens, seed)`` in ``grid``, in order. With ``path``,
+    each finished run is appended to that JSON file and a run already there is read back instead
+    of trained again, so an interrupted sweep loses at most the run in progress."""
+    grid = [tuple(g) for g in grid]
+    done = {}
+    if path is not None and Path(path).exists():
+        for r in json.loads(Path(path).read_text()):
+            done[(r["d_model"], r["tokens"], r["seed"])] = r
+    results = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(grid), desc="sweep", unit="run")
+    for d_model, tokens, seed in grid:
+        key = (d_model, tokens, seed)
+        if key not in done:
+            r = run(d_model, tokens, train_ids, val_ids, vocab_size, seed=seed)
+            done[key] = {**r, "tokens": tokens}
+            if path is not None:
+                tmp = Path(f"{path}.tmp")
+                tmp.write_text(json.dumps(list(done.values())))
+                os.replace(tmp, path)               # atomic: a kill never leaves half a file
+        results.append(done[key])
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    return results
+
+
+__all__ = ["BATCH_SIZE", "BLOCK_SIZE", "N_HEAD", "N_LAYER", "config_for", "run", "sweep", "word_data"]

@@ -1,0 +1,291 @@
+"""Chapter 7's checks: every solution passes, every stub is 'not implemented yet', every registered
+mistake is caught by its own hint whatever the seed, and wrong answers written here, the way a
+learner would write them, fail with the hint that names their slip. The generic tests are written
+once, in tests/exercise_suite.py.
+
+The solutions and wrong answers below are written independently of ``tinyformer.course.ch07``: the
+split with math and with NumPy, by a brute-force search along the budget; the fit with np.polyfit,
+with torch.linalg.lstsq, with the normal equations by hand. The references are checked against the
+library's compute_optimal and fit_power_law and against a search.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import exercise_suite
+import numpy as np
+import pytest
+import torch
+
+from tinyformer import checks
+from tinyformer.course import ch07
+from tinyformer.scaling import PUBLISHED, compute_optimal, fit_power_law, loss_surface
+
+from conftest import BOOK, define
+
+CHAPTER = ["optimal_split", "fit_loglog"]
+DRILLS: list[str] = []
+ALL = CHAPTER + DRILLS
+NOTEBOOK = BOOK / "07-scaling.ipynb"
+
+# --------------------------------------------------------------------------- solutions (exercise cells)
+
+SOLUTIONS = {
+    "optimal_split": '''\
+def optimal_split(C, A, B, alpha, beta):
+    """(N, D) minimising E + A/N**alpha + B/D**beta, given 6·N·D = C."""
+    # BEGIN SOLUTION
+    G = (alpha * A / (beta * B)) ** (1 / (alpha + beta))
+    N = G * (C / 6) ** (beta / (alpha + beta))
+    return N, C / (6 * N)
+    # END SOLUTION
+''',
+    "fit_loglog": '''\
+import numpy as np
+
+
+def fit_loglog(x, y):
+    """Least squares on log y = log a - alpha·log x; returns (a, alpha)."""
+    # BEGIN SOLUTION
+    slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
+    return float(np.exp(intercept)), float(-slope)
+    # END SOLUTION
+''',
+}
+
+SUITE = exercise_suite.Chapter(CHAPTER, DRILLS, SOLUTIONS, NOTEBOOK)
+solution = SUITE.solution
+
+
+# --------------------------------------------------------------------------- 7.1, as learners write it
+
+
+def learner_split(*, six=True, six_in_D=True, exponent="beta", G="right", G_root=True, order="N, D"):
+    def optimal_split(C, A, B, alpha, beta):
+        s = alpha + beta
+        ratio = {"right": alpha * A / (beta * B), "inverted": beta * B / (alpha * A),
+                 "swapped": alpha * B / (beta * A), "none": 1.0}[G]
+        g = ratio ** (1 / s) if G_root else ratio
+        budget = C / 6 if six else C
+        N = g * budget ** ((beta if exponent == "beta" else alpha) / s)
+        D = C / (6 * N) if (six and six_in_D) else C / N
+        return (D, N) if order == "D, N" else (N, D)
+    return optimal_split
+
+
+def split_with_numpy(C, A, B, alpha, beta):
+    """Right, in NumPy: returns NumPy floats (accepted: they are numbers)."""
+    G = np.power(alpha * A / (beta * B), 1 / (alpha + beta))
+    N = G * np.power(C / 6, beta / (alpha + beta))
+    return N, C / (6 * N)
+
+
+def split_by_search(C, A, B, alpha, beta):
+    """Wrong: a grid search along the budget, a few digits right."""
+    grid = np.logspace(0, 20, 2001)
+    best = grid[np.argmin(A / grid ** alpha + B / (C / (6 * grid)) ** beta)]
+    return float(best), float(C / (6 * best))
+
+
+SPLIT_WRONG = [
+    (learner_split(six=False), "the budget is C = 6·N·D FLOPs, not N·D"),
+    (learner_split(six_in_D=False), "your N is right but D is not"),
+    (learner_split(exponent="alpha"), "the exponent of D's term, beta, goes on top"),
+    (learner_split(G="inverted"), "G is upside down"),
+    (learner_split(G_root=False), "G needs its root"),
+    (learner_split(G="swapped"), "A and B are swapped in G"),
+    (learner_split(G="none"), "you left out the constant"),
+    (learner_split(order="D, N"), "you returned (D, N)"),
+    (split_by_search, "you returned N = "),
+    (lambda *a: tuple(v * (1 + 1e-4) for v in learner_split()(*a)), "close (off by 1.0e-04, relative), but not"),
+    (lambda *a: torch.tensor(learner_split()(*a)), "returned a tensor of shape (2,); return the pair (N, D)"),
+    (lambda *a: learner_split()(*a)[0], "returned a float; return the pair (N, D), two floats"),
+    (lambda *a: [math.nan, math.nan], "return a pair of numbers, (N, D), as Python floats"),
+]
+
+
+# --------------------------------------------------------------------------- 7.2, as learners write it
+
+
+def learner_fit(*, sign=-1, a="exp", logs="ln", regress="y on x", order="a, alpha", ends=False):
+    def fit_loglog(x, y):
+        log = np.log if logs == "ln" else np.log10
+        lx, ly = log(np.asarray(x)), log(np.asarray(y))
+        if ends:
+            slope = (ly[-1] - ly[0]) / (lx[-1] - lx[0])
+            intercept = ly[0] - slope * lx[0]
+        elif regress == "x on y":
+            s, c = np.polyfit(ly, lx, 1)
+            slope, intercept = 1 / s, -c / s
+        else:
+            slope, intercept = np.polyfit(lx, ly, 1)
+        coef = {"exp": math.exp(intercept), "10": 10 ** intercept, "log": intercept}[a]
+        out = (float(coef), float(sign * slope))
+        return out[::-1] if order == "alpha, a" else out
+    return fit_loglog
+
+
+def fit_lstsq(x, y, dtype=torch.float64):
+    """Right, with torch's least squares (in float32 too: within the check's tolerance)."""
+    lx = torch.log(torch.tensor(x, dtype=dtype))
+    ly = torch.log(torch.tensor(y, dtype=dtype))
+    X = torch.stack([lx, torch.ones_like(lx)], dim=1)
+    slope, intercept = torch.linalg.lstsq(X, ly[:, None]).solution[:, 0].tolist()
+    return math.exp(intercept), -slope
+
+
+def fit_normal_equations(x, y):
+    """Right, by hand: the slope is cov(log x, log y) / var(log x)."""
+    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    slope = sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+    return math.exp(my - slope * mx), -slope
+
+
+def fit_linear_space(x, y):
+    """Wrong: a straight line fitted to y against x, no logarithms."""
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(-slope)
+
+
+FIT_WRONG = [
+    (learner_fit(sign=1), "your alpha has the wrong sign"),
+    (learner_fit(a="log"), "you returned the intercept, log a"),
+    (learner_fit(a="10"), "you took natural logs (np.log) but returned 10**intercept"),
+    (learner_fit(logs="log10", a="exp"), "you took base-10 logs (np.log10) but returned exp(intercept)"),
+    (learner_fit(regress="x on y"), "you regressed log x on log y"),
+    (learner_fit(ends=True), "your line goes through the first and last points only"),
+    (learner_fit(order="alpha, a"), "you returned (alpha, a)"),
+    (fit_linear_space, "the least-squares fit is a = "),
+    (lambda x, y: np.polyfit(np.log(x), np.log(y), 1), "returned a numpy.ndarray of shape (2,); return the pair"),
+    (lambda x, y: [math.log(v) for v in x], "return the pair (a, alpha), two floats"),
+    (lambda x, y: (np.float32(1.0), "2"), "alpha is a str, not a number"),
+    (lambda x, y: math.log(x), "math.log works on one number"),
+    (lambda x, y: x * 2.0, "x and y are Python lists"),
+]
+
+WRONG = [("optimal_split", fn, phrase) for fn, phrase in SPLIT_WRONG] + \
+        [("fit_loglog", fn, phrase) for fn, phrase in FIT_WRONG]
+
+BAD = {
+    **exercise_suite.odd_answers((2,)),
+    "pair-of-tensors": lambda *a: (torch.zeros(()), torch.zeros(())),
+    "pair-nan": lambda *a: (math.nan, math.nan),
+    "pair-inf": lambda *a: (math.inf, 1.0),
+    "pair-huge": lambda *a: (10 ** 400, 1),
+    "pair-str": lambda *a: ("1", "2"),
+    "triple": lambda *a: (1.0, 2.0, 3.0),
+}
+
+
+# --------------------------------------------------------------------------- the generic tests
+
+globals().update(
+    SUITE.solution_tests(page_width=79)
+    | SUITE.notebook_tests()
+    | SUITE.registered_mistake_tests(apart_by=1e-3)
+    | SUITE.wrong_answer_tests(WRONG)
+    | SUITE.odd_answer_tests(BAD) | SUITE.diagnosis_tests()
+    | SUITE.case_tests(dtypes=(torch.float64,))
+    | SUITE.travel_tests([learner_split(six=False), learner_fit(sign=1), BAD["pair-nan"], BAD["ndarray"]])
+    | SUITE.hint_tests()
+)
+
+
+def test_chapter_seven_registry():
+    SUITE.assert_registry(numbers=["7.1", "7.2"])
+    assert checks.EXERCISES["optimal_split"].args == ("C", "A", "B", "alpha", "beta")
+    assert checks.EXERCISES["fit_loglog"].item_names == ("a", "alpha")
+
+
+@pytest.mark.parametrize("right", [split_with_numpy])
+def test_other_right_splits_pass(right, capsys):
+    assert checks.check_optimal_split(right).status == checks.PASS
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("right", [fit_lstsq, fit_normal_equations,
+                                   lambda x, y: fit_lstsq(x, y, torch.float32)])
+def test_other_right_fits_pass(right, capsys):
+    assert checks.check_fit_loglog(right).status == checks.PASS
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- the references
+
+
+def test_split_reference_is_the_minimum_along_the_budget():
+    g = torch.Generator().manual_seed(0)
+    for C, A, B, alpha, beta in ch07._split_cases(g):
+        N, D = ch07.optimal_split_reference(C, A, B, alpha, beta)
+        assert 6 * N * D == pytest.approx(C, rel=1e-12)
+        fit = {"E": 0.0, "A": A, "B": B, "alpha": alpha, "beta": beta}
+        assert (N, D) == pytest.approx(compute_optimal(C, fit), rel=1e-12)
+        for factor in (0.99, 1.01):                         # a small step either way costs loss
+            assert loss_surface(N * factor, D / factor, fit) > loss_surface(N, D, fit)
+
+
+def test_split_cases_start_with_the_published_fits():
+    cases = ch07._split_cases(torch.Generator().manual_seed(5))
+    for case, name in zip(cases, ("hoffmann", "besiroglu")):
+        f = PUBLISHED[name]
+        assert case[1:] == (f["A"], f["B"], f["alpha"], f["beta"])
+    assert all(c[3] != c[4] and c[1] != c[2] for c in cases)   # swaps change the answer
+
+
+def test_fit_reference_is_the_library_fit_and_the_normal_equations():
+    for x, y in ch07._fit_cases(torch.Generator().manual_seed(2)):
+        ref = ch07.fit_loglog_reference(x, y)
+        assert ref == pytest.approx(fit_power_law(x, y), rel=1e-12)
+        assert ref == pytest.approx(fit_normal_equations(x, y), rel=1e-9)
+
+
+def test_fit_cases_are_noisy():
+    """On an exact power law every line fit agrees; the cases must tell the regressions apart."""
+    for x, y in ch07._fit_cases(torch.Generator().manual_seed(4)):
+        assert learner_fit(regress="x on y")(x, y) != pytest.approx(ch07.fit_loglog_reference(x, y), rel=1e-5)
+
+
+# --------------------------------------------------------------------------- the grader's honesty flags
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_honest_solutions_are_not_flagged(name):
+    rec, verdict = exercise_suite.harvest(name, solution(name))
+    assert rec["flags"] == [] and rec["tampering"] == [], rec["flags"]
+    assert verdict.status == checks.PASS, verdict.message
+
+
+LIBRARY_ANSWERS = [
+    ("optimal_split", """
+        from tinyformer.scaling import compute_optimal
+
+        def optimal_split(C, A, B, alpha, beta):
+            return compute_optimal(C, {"E": 0.0, "A": A, "B": B, "alpha": alpha, "beta": beta})
+        """, "tinyformer.scaling.compute_optimal"),
+    ("fit_loglog", """
+        from tinyformer.scaling import fit_power_law
+
+        def fit_loglog(x, y):
+            return fit_power_law(x, y)
+        """, "tinyformer.scaling.fit_power_law"),
+]
+
+
+@pytest.mark.parametrize("k", range(len(LIBRARY_ANSWERS)), ids=[c for _, _, c in LIBRARY_ANSWERS])
+def test_the_library_answer_is_flagged(k):
+    name, source, caught = LIBRARY_ANSWERS[k]
+    rec, verdict = exercise_suite.harvest(name, define(textwrap.dedent(source), checks.EXERCISES[name].function))
+    assert caught in rec["flags"], rec["flags"]
+    assert verdict.status == checks.PASS, verdict.message
+
+
+def test_the_grader_judges_chapter_seven_in_its_sandbox(tmp_path):
+    swapped = SOLUTIONS["optimal_split"].replace("return N, C / (6 * N)", "return C / (6 * N), N")
+    assert swapped != SOLUTIONS["optimal_split"]
+    rows = SUITE.graded(tmp_path, {"optimal_split": swapped, "fit_loglog": SOLUTIONS["fit_loglog"]})
+    assert list(rows) == CHAPTER
+    assert rows["optimal_split"][0] == checks.FAIL and ch07.SPLIT_ORDER in rows["optimal_split"][1], rows
+    assert rows["fit_loglog"][0] == checks.PASS, rows
