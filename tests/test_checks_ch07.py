@@ -25,7 +25,7 @@ from tinyformer.scaling import PUBLISHED, compute_optimal, fit_power_law, loss_s
 
 from conftest import BOOK, define
 
-CHAPTER = ["optimal_split", "fit_loglog"]
+CHAPTER = ["optimal_split", "fit_loglog", "isoflop_optimum"]
 DRILLS: list[str] = []
 ALL = CHAPTER + DRILLS
 NOTEBOOK = BOOK / "07-scaling.ipynb"
@@ -53,6 +53,17 @@ def fit_loglog(x, y):
     return float(np.exp(intercept)), float(-slope)
     # END SOLUTION
 ''',
+    "isoflop_optimum": '''\
+import numpy as np
+
+
+def isoflop_optimum(N, L):
+    """The N at the vertex of the parabola in ln N fitted to (N, L)."""
+    # BEGIN SOLUTION
+    c2, c1, c0 = np.polyfit(np.log(N), L, 2)
+    return float(np.exp(-c1 / (2 * c2)))
+    # END SOLUTION
+''',
 }
 
 SUITE = exercise_suite.Chapter(CHAPTER, DRILLS, SOLUTIONS, NOTEBOOK)
@@ -62,13 +73,15 @@ solution = SUITE.solution
 # --------------------------------------------------------------------------- 7.1, as learners write it
 
 
-def learner_split(*, six=True, six_in_D=True, exponent="beta", G="right", G_root=True, order="N, D"):
+def learner_split(*, six=True, six_in_D=True, six_in_N=True, exponent="beta", G="right", G_root=True,
+                  order="N, D"):
     def optimal_split(C, A, B, alpha, beta):
         s = alpha + beta
         ratio = {"right": alpha * A / (beta * B), "inverted": beta * B / (alpha * A),
-                 "swapped": alpha * B / (beta * A), "none": 1.0}[G]
+                 "swapped": alpha * B / (beta * A), "exponents swapped": beta * A / (alpha * B),
+                 "none": 1.0}[G]
         g = ratio ** (1 / s) if G_root else ratio
-        budget = C / 6 if six else C
+        budget = C / 6 if (six and six_in_N) else C
         N = g * budget ** ((beta if exponent == "beta" else alpha) / s)
         D = C / (6 * N) if (six and six_in_D) else C / N
         return (D, N) if order == "D, N" else (N, D)
@@ -98,6 +111,10 @@ SPLIT_WRONG = [
     (learner_split(G="swapped"), "A and B are swapped in G"),
     (learner_split(G="none"), "you left out the constant"),
     (learner_split(order="D, N"), "you returned (D, N)"),
+    (learner_split(six_in_N=False), "your D follows from your N, but N has no 6"),
+    (learner_split(G="exponents swapped"), "alpha and beta are swapped in G"),
+    (lambda C, A, B, alpha, beta: (math.sqrt(C / 120), 20 * math.sqrt(C / 120)), "the rule of thumb, 20 tokens"),
+    (lambda *a: tuple(float(round(v)) for v in learner_split()(*a)), "but whole numbers. Hint: you rounded"),
     (split_by_search, "you returned N = "),
     (lambda *a: tuple(v * (1 + 1e-4) for v in learner_split()(*a)), "close (off by 1.0e-04, relative), but not"),
     (lambda *a: torch.tensor(learner_split()(*a)), "returned a tensor of shape (2,); return the pair (N, D)"),
@@ -150,6 +167,45 @@ def fit_linear_space(x, y):
     return float(intercept), float(-slope)
 
 
+def fit_linear_space_exp(x, y):
+    """Wrong: the recipe's return line, on a line fitted to y against x (no logarithms)."""
+    X = torch.stack([torch.tensor(x, dtype=torch.float64), torch.ones(len(x), dtype=torch.float64)], dim=1)
+    slope, intercept = torch.linalg.lstsq(X, torch.tensor(y, dtype=torch.float64)[:, None]).solution[:, 0].tolist()
+    return math.exp(intercept), -slope
+
+
+def fit_polyfit_backwards(x, y):
+    """Wrong: np.polyfit's coefficients unpacked in the wrong order."""
+    intercept, slope = np.polyfit(np.log(x), np.log(y), 1)
+    return math.exp(intercept), -slope
+
+
+def fit_without_intercept(x, y):
+    """Wrong: the line in log-log space forced through the origin, with torch's least squares."""
+    lx = torch.log(torch.tensor(x, dtype=torch.float64))
+    ly = torch.log(torch.tensor(y, dtype=torch.float64))
+    slope = torch.linalg.lstsq(lx[:, None], ly[:, None]).solution.item()
+    return 1.0, -slope
+
+
+def fit_on_y(x, y):
+    """Wrong: least squares on y itself, by torch's L-BFGS from the log fit."""
+    x, y = torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)
+    slope, intercept = np.polyfit(np.log(x.numpy()), np.log(y.numpy()), 1)
+    params = torch.tensor([intercept, -slope], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([params], max_iter=500, tolerance_grad=1e-15, tolerance_change=1e-18,
+                            line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = ((y - torch.exp(params[0]) * x ** -params[1]) ** 2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return math.exp(params[0].item()), params[1].item()
+
+
 FIT_WRONG = [
     (learner_fit(sign=1), "your alpha has the wrong sign"),
     (learner_fit(a="log"), "you returned the intercept, log a"),
@@ -158,7 +214,11 @@ FIT_WRONG = [
     (learner_fit(regress="x on y"), "you regressed log x on log y"),
     (learner_fit(ends=True), "your line goes through the first and last points only"),
     (learner_fit(order="alpha, a"), "you returned (alpha, a)"),
-    (fit_linear_space, "the least-squares fit is a = "),
+    (fit_linear_space, "you fitted a straight line to y against x"),
+    (fit_linear_space_exp, "(Your a is exp(intercept) of the line in linear space.)"),
+    (fit_polyfit_backwards, "np.polyfit returns the coefficients highest power first"),
+    (fit_without_intercept, "your line goes through the origin"),
+    (fit_on_y, "you minimised the squared errors of y itself"),
     (lambda x, y: np.polyfit(np.log(x), np.log(y), 1), "returned a numpy.ndarray of shape (2,); return the pair"),
     (lambda x, y: [math.log(v) for v in x], "return the pair (a, alpha), two floats"),
     (lambda x, y: (np.float32(1.0), "2"), "alpha is a str, not a number"),
@@ -166,8 +226,43 @@ FIT_WRONG = [
     (lambda x, y: x * 2.0, "x and y are Python lists"),
 ]
 
+# --------------------------------------------------------------------------- 7.4, as learners write it
+
+
+def vertex_by_hand(N, L, *, u_of=math.log, back=math.exp, two=2, sign=-1):
+    """The parabola by the normal equations in torch, then its vertex."""
+    u = torch.tensor([u_of(n) for n in N], dtype=torch.float64)
+    X = torch.stack([u ** 2, u, torch.ones_like(u)], dim=1)
+    c2, c1, _ = torch.linalg.solve(X.T @ X, X.T @ torch.tensor(L, dtype=torch.float64)).tolist()
+    return back(sign * c1 / (two * c2))
+
+
+def vertex_in_N(N, L):
+    c = np.polyfit(N, L, 2)
+    return float(-c[1] / (2 * c[0]))
+
+
+def vertex_low_first(N, L):
+    c0, c1, c2 = np.polyfit(np.log(N), L, 2)
+    return float(np.exp(-c1 / (2 * c2)))
+
+
+ISO_WRONG = [
+    (vertex_in_N, "your parabola is in N itself"),
+    (lambda N, L: vertex_by_hand(N, L, sign=1), "yours has the wrong sign"),
+    (lambda N, L: vertex_by_hand(N, L, two=1), "Yours is -c1 / c2"),
+    (lambda N, L: vertex_by_hand(N, L, back=float), "you returned the vertex in u = ln N"),
+    (lambda N, L: vertex_by_hand(N, L, u_of=math.log10), "you fitted in log10 N but undid it with exp"),
+    (vertex_low_first, "np.polyfit returns the coefficients highest power first"),
+    (lambda N, L: N[L.index(min(L))], "you returned the size of the best run"),
+    (lambda N, L: vertex_by_hand(N, L) * 1.01, "the vertex is at N = "),
+    (lambda N, L: np.float64(vertex_by_hand(N, L)) * np.ones(1), "returned a numpy.ndarray of shape (1,)"),
+    (lambda N, L: math.nan, "you returned nan (a parabola that opens downward"),
+]
+
 WRONG = [("optimal_split", fn, phrase) for fn, phrase in SPLIT_WRONG] + \
-        [("fit_loglog", fn, phrase) for fn, phrase in FIT_WRONG]
+        [("fit_loglog", fn, phrase) for fn, phrase in FIT_WRONG] + \
+        [("isoflop_optimum", fn, phrase) for fn, phrase in ISO_WRONG]
 
 BAD = {
     **exercise_suite.odd_answers((2,)),
@@ -195,7 +290,7 @@ globals().update(
 
 
 def test_chapter_seven_registry():
-    SUITE.assert_registry(numbers=["7.1", "7.2"])
+    SUITE.assert_registry(numbers=["7.1", "7.2", "7.4"])
     assert checks.EXERCISES["optimal_split"].args == ("C", "A", "B", "alpha", "beta")
     assert checks.EXERCISES["fit_loglog"].item_names == ("a", "alpha")
 

@@ -25,6 +25,7 @@ from tinyformer.scaling import (
     PUBLISHED,
     compute_optimal,
     count_params,
+    fit_isoflop,
     fit_loss_surface,
     fit_power_law,
     fit_power_law_offset,
@@ -171,10 +172,31 @@ def test_fit_loss_surface_recovers_its_constants():
     (lambda: fit_loss_surface([1, 2, 3, 4], [1, 2, 3, 4], [4, 3, 2, 1]), ValueError, "at least 5 points"),
     (lambda: loss_surface(1e9, 1e10, "kaplan"), ValueError, "fit must be one of"),
     (lambda: compute_optimal(-1.0), ValueError, "C must be a positive"),
+    (lambda: fit_isoflop([1e3, 1e4], [2.0, 1.5]), ValueError, "at least 3 points"),
+    (lambda: fit_isoflop([1e3, 1e3, 1e4], [2.0, 2.1, 1.5]), ValueError, "three different sizes"),
+    (lambda: fit_isoflop([1e3, 1e4, 1e5], [1.5, 2.0, 1.5]), ValueError, "opens downward"),
+    (lambda: fit_isoflop([1e3, 0, 1e5], [1.5, 2.0, 1.5]), ValueError, "every x must be a positive"),
 ])
 def test_fit_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_fit_isoflop_finds_the_vertex():
+    """An exact parabola in ln N gives back its vertex; on noisy points the vertex is the lowest
+    point of the least-squares parabola, found here by a search over a fine grid of sizes."""
+    N = np.array([1e3, 2e3, 5e3, 1e4, 3e4, 1e5])
+    u = np.log(N)
+    L = 0.07 * (u - math.log(7e3)) ** 2 + 1.4
+    N_opt, (c2, c1, c0) = fit_isoflop(N.tolist(), L.tolist())
+    assert N_opt == pytest.approx(7e3, rel=1e-9) and c2 == pytest.approx(0.07, rel=1e-9)
+    noisy = L * np.array([1.01, 0.99, 1.02, 0.98, 1.0, 1.01])
+    N_opt, coef = fit_isoflop(N, noisy)
+    A = np.stack([u ** 2, u, np.ones_like(u)], axis=1)          # the normal equations, by hand
+    c = np.linalg.solve(A.T @ A, A.T @ noisy)
+    assert coef == pytest.approx(tuple(c), rel=1e-8)
+    grid = np.logspace(3, 5, 200001)
+    assert N_opt == pytest.approx(grid[np.argmin(np.polyval(c, np.log(grid)))], rel=1e-4)
 
 
 def test_compute_optimal_is_the_minimum_along_the_budget():

@@ -7,7 +7,8 @@ a straight line in log-log space), the same above a floor ``E`` that no amount o
 (:func:`fit_power_law_offset`), and the two-variable form of Hoffmann et al. (2022),
 ``L(N, D) = E + A/N^alpha + B/D^beta`` (:func:`fit_loss_surface`, and the published fits in
 :data:`PUBLISHED`). :func:`compute_optimal` splits a compute budget between parameters and tokens
-under such a form.
+under such a form, and :func:`fit_isoflop` finds the best size on one budget's runs the way
+Hoffmann et al.'s second method did (a parabola in ``log N``).
 
 Every fit is deterministic (no random restarts) and works in float64 NumPy.
 """
@@ -104,6 +105,21 @@ def fit_power_law(x, y) -> tuple[float, float]:
     x, y = _points(x, y)
     slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
     return float(math.exp(intercept)), float(-slope)
+
+
+def fit_isoflop(N, L) -> tuple[float, tuple[float, float, float]]:
+    """The best size on one compute budget (an IsoFLOP profile, Hoffmann et al.'s second method):
+    fit ``L = c2·u² + c1·u + c0`` with ``u = ln N`` by least squares and return the vertex,
+    ``(N_opt, (c2, c1, c0))`` with ``N_opt = exp(-c1 / (2·c2))``. Needs three different sizes, and
+    a parabola that opens upward (else it has no lowest point)."""
+    N, L = _points(N, L, min_points=3)
+    if np.unique(N).size < 3:
+        raise ValueError("N must hold at least three different sizes to fit a parabola")
+    c2, c1, c0 = np.polyfit(np.log(N), L, 2)
+    if not c2 > 0:
+        raise ValueError(f"the parabola fitted to L against ln N opens downward (c2 = {c2:.3g}): "
+                         "these losses have no lowest point between the sizes")
+    return float(math.exp(-c1 / (2 * c2))), (float(c2), float(c1), float(c0))
 
 
 def _golden(f, lo: float, hi: float, iters: int = 80) -> float:
@@ -234,5 +250,5 @@ def compute_optimal(C, fit="hoffmann") -> tuple[float, float]:
     return float(N), float(C / (6 * N))
 
 
-__all__ = ["KAPLAN", "PUBLISHED", "compute_optimal", "count_params", "fit_loss_surface", "fit_power_law",
-           "fit_power_law_offset", "kaplan_params", "loss_surface", "training_flops"]
+__all__ = ["KAPLAN", "PUBLISHED", "compute_optimal", "count_params", "fit_isoflop", "fit_loss_surface",
+           "fit_power_law", "fit_power_law_offset", "kaplan_params", "loss_surface", "training_flops"]

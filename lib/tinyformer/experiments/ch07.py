@@ -8,6 +8,7 @@ and its entropy is known from its grammar (:func:`~tinyformer.data.synthetic_ent
 a fitted irreducible loss can be checked against. :func:`run` trains one model and returns its
 size, its tokens, its compute and its held-out loss; :func:`sweep` runs a grid with a progress
 bar, keeping every finished run in a JSON file so an interrupted sweep resumes where it stopped.
+:func:`window_floor` bounds the best loss a model that sees only its window can reach.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 
 from tinyformer.data import synthetic_corpus, words
-from tinyformer.model import GPT, GPTConfig
+from tinyformer.model import GPT, GPTConfig, training_flops_per_token
 from tinyformer.scaling import count_params, training_flops
 from tinyformer.training import estimate_loss, train
 from tinyformer.validation import check_int
@@ -54,7 +55,8 @@ def run(d_model: int, tokens: int, train_ids, val_ids, vocab_size: int, seed: in
     """Train one GPT of width ``d_model`` on ``tokens`` training tokens (rounded down to whole
     steps of 32 x 24 tokens) with a cosine schedule that ends with the run, and return
     ``{"d_model", "N" (non-embedding parameters), "N_total", "D" (tokens seen), "C" (6·N·D),
-    "steps", "seed", "loss" (held-out, nats per token)}``."""
+    "C_full" (the FLOPs torch counts: :func:`flops_per_token` · D), "steps", "seed", "lr",
+    "loss" (held-out, nats per token)}``."""
     tokens = check_int("tokens", tokens, minimum=BATCH_SIZE * BLOCK_SIZE)
     steps = tokens // (BATCH_SIZE * BLOCK_SIZE)
     torch.manual_seed(seed)
@@ -64,7 +66,51 @@ def run(d_model: int, tokens: int, train_ids, val_ids, vocab_size: int, seed: in
     N, D = count_params(model), steps * BATCH_SIZE * BLOCK_SIZE
     loss = estimate_loss(model, val_ids, batch_size=64, block_size=BLOCK_SIZE, n_batches=20)
     return {"d_model": d_model, "N": N, "N_total": count_params(model, non_embedding=False), "D": D,
-            "C": training_flops(N, D), "steps": steps, "seed": seed, "loss": loss}
+            "C": training_flops(N, D), "C_full": flops_per_token(d_model, vocab_size) * D, "steps": steps,
+            "seed": seed, "lr": lr, "loss": loss}
+
+
+def flops_per_token(d_model: int, vocab_size: int) -> int:
+    """Training FLOPs per token of the sweep's GPT of width ``d_model``, as torch's FLOP counter
+    counts them: every weight that multiplies (the LM head included) and attention's two products
+    over the whole window (:func:`~tinyformer.model.training_flops_per_token`). For these small
+    widths this is far more than ``6·N``, whose ``N`` leaves out the head and attention."""
+    return training_flops_per_token(config_for(d_model, vocab_size))
+
+
+def window_floor(ids, entropy_rate: float, block_size: int = BLOCK_SIZE, orders: int = 3) -> float:
+    """A lower bound on the mean loss over a window's ``block_size`` predictions for any model that
+    sees only the window, on a stationary stream ``ids`` whose entropy rate (nats per token, given
+    the whole past) is ``entropy_rate``.
+
+    The prediction at position ``t`` sees ``t + 1`` tokens. For ``t < orders`` its loss is at least
+    the entropy of the next token given the ``t + 1`` before it, estimated from ``ids``'s n-gram
+    counts (plug-in estimates, which err low, so the bound stays a bound); every later prediction
+    pays at least ``entropy_rate``."""
+    block_size = check_int("block_size", block_size)
+    orders = check_int("orders", orders, minimum=0)
+    if orders >= block_size:
+        raise ValueError(f"orders must be below block_size={block_size}, got {orders}")
+    if not (isinstance(entropy_rate, (int, float)) and entropy_rate >= 0):
+        raise ValueError(f"entropy_rate must be a non-negative number of nats, got {entropy_rate!r}")
+    x = torch.as_tensor(ids).flatten().long()
+    if len(x) < orders + 2:
+        raise ValueError(f"ids must hold at least orders + 2 = {orders + 2} tokens, got {len(x)}")
+    base = int(x.max()) + 1
+    if base ** (orders + 1) >= 2 ** 63:
+        raise ValueError(f"orders={orders} is too many for a vocabulary of {base}: each "
+                         f"{orders + 1}-gram must fit one 64-bit number")
+
+    def joint(k):  # plug-in entropy of k consecutive tokens, each k-gram read as one number
+        code = torch.zeros(len(x) - k + 1, dtype=torch.int64)
+        for j in range(k):
+            code = code * base + x[j:len(x) - k + 1 + j]
+        p = torch.unique(code, return_counts=True)[1].double() / len(code)
+        return float(-(p * p.log()).sum())
+
+    H = [0.0] + [joint(k) for k in range(1, orders + 2)]
+    early = [max(H[t + 2] - H[t + 1], entropy_rate) for t in range(orders)]  # sees t + 1 tokens
+    return (sum(early) + (block_size - orders) * entropy_rate) / block_size
 
 
 def sweep(grid, train_ids, val_ids, vocab_size: int, path=None, progress: bool = True) -> list[dict]:
@@ -98,4 +144,5 @@ def sweep(grid, train_ids, val_ids, vocab_size: int, path=None, progress: bool =
     return results
 
 
-__all__ = ["BATCH_SIZE", "BLOCK_SIZE", "N_HEAD", "N_LAYER", "config_for", "run", "sweep", "word_data"]
+__all__ = ["BATCH_SIZE", "BLOCK_SIZE", "N_HEAD", "N_LAYER", "config_for", "flops_per_token", "run", "sweep",
+           "window_floor", "word_data"]
