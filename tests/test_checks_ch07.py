@@ -102,6 +102,24 @@ def split_by_search(C, A, B, alpha, beta):
     return float(best), float(C / (6 * best))
 
 
+def split_precedence_in_G(C, A, B, alpha, beta):
+    G = (alpha*A/beta*B) ** (1 / (alpha + beta))   # noqa: E226 - as written, without brackets
+    N = G * (C / 6) ** (beta / (alpha + beta))
+    return N, C / (6 * N)
+
+
+def split_precedence_in_N(C, A, B, alpha, beta):
+    G = (alpha * A / (beta * B)) ** (1 / (alpha + beta))
+    N = G * (C/6)**beta/(alpha+beta)               # noqa: E226 - as written
+    return N, C / (6 * N)
+
+
+def split_A_over_B(C, A, B, alpha, beta):
+    s = alpha + beta
+    N = math.pow(A / B, 1 / s) * math.pow(C / 6, beta / s)
+    return N, C / 6 / N
+
+
 SPLIT_WRONG = [
     (learner_split(six=False), "the budget is C = 6·N·D FLOPs, not N·D"),
     (learner_split(six_in_D=False), "your N is right but D is not"),
@@ -115,6 +133,9 @@ SPLIT_WRONG = [
     (learner_split(G="exponents swapped"), "alpha and beta are swapped in G"),
     (lambda C, A, B, alpha, beta: (math.sqrt(C / 120), 20 * math.sqrt(C / 120)), "the rule of thumb, 20 tokens"),
     (lambda *a: tuple(float(round(v)) for v in learner_split()(*a)), "but whole numbers. Hint: you rounded"),
+    (split_precedence_in_G, "alpha*A/beta*B is (alpha*A/beta)*B in Python"),
+    (split_precedence_in_N, "raises C/6 to beta and then divides"),
+    (split_A_over_B, "your G is (A/B)^(1/(alpha+beta))"),
     (split_by_search, "you returned N = "),
     (lambda *a: tuple(v * (1 + 1e-4) for v in learner_split()(*a)), "close (off by 1.0e-04, relative), but not"),
     (lambda *a: torch.tensor(learner_split()(*a)), "returned a tensor of shape (2,); return the pair (N, D)"),
@@ -206,6 +227,30 @@ def fit_on_y(x, y):
     return math.exp(params[0].item()), params[1].item()
 
 
+def fit_mixed(x, y):
+    """Wrong: natural log of x, base-10 log of y, undone with 10**."""
+    slope, intercept = np.polyfit(np.log(x), np.log10(y), 1)
+    return 10 ** intercept, -slope
+
+
+def fit_mixed_other_way(x, y):
+    lx = [math.log10(v) for v in x]
+    ly = [math.log(v) for v in y]
+    slope, intercept = np.polyfit(lx, ly, 1)
+    return math.exp(intercept), -slope
+
+
+def fit_semilog(x, y):
+    slope, intercept = np.polyfit(x, np.log(y), 1)
+    return float(np.exp(intercept)), float(-slope)
+
+
+def fit_cov_var(x, y):
+    lx, ly = np.log(x), np.log(y)
+    slope = np.cov(lx, ly)[0][1] / np.var(lx)
+    return float(np.exp(np.mean(ly) - slope * np.mean(lx))), float(-slope)
+
+
 FIT_WRONG = [
     (learner_fit(sign=1), "your alpha has the wrong sign"),
     (learner_fit(a="log"), "you returned the intercept, log a"),
@@ -219,6 +264,10 @@ FIT_WRONG = [
     (fit_polyfit_backwards, "np.polyfit returns the coefficients highest power first"),
     (fit_without_intercept, "your line goes through the origin"),
     (fit_on_y, "you minimised the squared errors of y itself"),
+    (fit_mixed, "you took one kind of logarithm of x and another of y"),
+    (fit_mixed_other_way, "(Yours: log10 of x, ln of y.)"),
+    (fit_semilog, "you took the logarithm of y but not of x"),
+    (fit_cov_var, "np.cov divides by n - 1 and np.var by n"),
     (lambda x, y: np.polyfit(np.log(x), np.log(y), 1), "returned a numpy.ndarray of shape (2,); return the pair"),
     (lambda x, y: [math.log(v) for v in x], "return the pair (a, alpha), two floats"),
     (lambda x, y: (np.float32(1.0), "2"), "alpha is a str, not a number"),
@@ -247,6 +296,30 @@ def vertex_low_first(N, L):
     return float(np.exp(-c1 / (2 * c2)))
 
 
+def vertex_by_search(N, L):
+    """Wrong (close): the least-squares parabola's lowest point on a grid of sizes."""
+    grid = np.logspace(2, 9, 40001)
+    return float(grid[np.argmin(np.polyval(np.polyfit(np.log(N), L, 2), np.log(grid)))])
+
+
+def vertex_precedence(N, L):
+    c2, c1, c0 = np.polyfit(np.log(N), L, 2)
+    return float(np.exp(-c1/2*c2))                 # noqa: E226 - as written
+
+
+def vertex_polynomial(N, L):
+    from numpy.polynomial import Polynomial
+    c0, c1, c2 = Polynomial.fit(np.log(N), L, deg=2).coef
+    return float(np.exp(-c1 / (2 * c2)))
+
+
+def vertex_of_log_loss(N, L):
+    u = torch.log(torch.tensor(N, dtype=torch.float64))
+    X = torch.stack([u ** 2, u, torch.ones_like(u)], dim=1)
+    c2, c1, _ = torch.linalg.lstsq(X, torch.log(torch.tensor(L, dtype=torch.float64))[:, None]).solution[:, 0].tolist()
+    return math.exp(-c1 / (2 * c2))
+
+
 ISO_WRONG = [
     (vertex_in_N, "your parabola is in N itself"),
     (lambda N, L: vertex_by_hand(N, L, sign=1), "yours has the wrong sign"),
@@ -256,6 +329,10 @@ ISO_WRONG = [
     (vertex_low_first, "np.polyfit returns the coefficients highest power first"),
     (lambda N, L: N[L.index(min(L))], "you returned the size of the best run"),
     (lambda N, L: vertex_by_hand(N, L) * 1.01, "the vertex is at N = "),
+    (vertex_by_search, "close (off by"),
+    (vertex_precedence, "-c1/2*c2 is (-c1/2)·c2 in Python"),
+    (vertex_polynomial, "Polynomial.fit's .coef belong to a rescaled variable"),
+    (vertex_of_log_loss, "you fitted the parabola to log L"),
     (lambda N, L: np.float64(vertex_by_hand(N, L)) * np.ones(1), "returned a numpy.ndarray of shape (1,)"),
     (lambda N, L: math.nan, "you returned nan (a parabola that opens downward"),
 ]

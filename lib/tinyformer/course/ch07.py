@@ -89,8 +89,13 @@ def _split(*, six="both", exponent="beta", G="right", order="N, D"):
              "no root": alpha * A / (beta * B),
              "A and B swapped": (alpha * B / (beta * A)) ** (1 / (alpha + beta)),
              "alpha and beta swapped": (beta * A / (alpha * B)) ** (1 / (alpha + beta)),
+             "precedence": (alpha * A / beta * B) ** (1 / (alpha + beta)),
+             "A/B": (A / B) ** (1 / (alpha + beta)),
              "none": 1.0}[G]
-        N = g * budget ** ((beta if exponent == "beta" else alpha) / (alpha + beta))
+        if exponent == "precedence":                   # (C/6)**beta/(alpha+beta)
+            N = g * budget ** beta / (alpha + beta)
+        else:
+            N = g * budget ** ((beta if exponent == "beta" else alpha) / (alpha + beta))
         D = C / (6 * N) if six in ("both", "D only") else C / N
         return (D, N) if order == "D, N" else (N, D)
     return wrong
@@ -117,17 +122,23 @@ SPLIT_ALPHA_BETA_SWAPPED = ("alpha and beta are swapped in G: each exponent mult
 SPLIT_TWENTY = ("you used the rule of thumb, 20 tokens per parameter (N = sqrt(C/120)): that ratio is what "
                 "Chinchilla's fits gave at its budget, not a law. The optimum of the surface you are given depends "
                 "on A, B, alpha, beta and C: set the derivative of L along the budget to zero.")
+SPLIT_PRECEDENCE_G = ("alpha*A/beta*B is (alpha*A/beta)*B in Python: write alpha * A / (beta * B), with the "
+                      "brackets, inside G = (alpha·A / (beta·B))^(1/(alpha+beta)).")
+SPLIT_PRECEDENCE_N = ("(C/6)**beta/(alpha+beta) raises C/6 to beta and then divides: the exponent needs brackets, "
+                      "(C/6)**(beta/(alpha+beta)).")
+SPLIT_A_OVER_B = ("your G is (A/B)^(1/(alpha+beta)): the exponents come down with the derivative, alpha·A/N^(alpha+1) "
+                  "and beta·B·(6/C)^beta·N^(beta-1), so G = (alpha·A / (beta·B))^(1/(alpha+beta)).")
 SPLIT_NO_G = ("you left out the constant: N_opt = G·(C/6)^(beta/(alpha+beta)) with G = (alpha·A/(beta·B))^"
               "(1/(alpha+beta)); the exponent alone gives the growth rate, not the size.")
 SPLIT_ORDER = "you returned (D, N): return the parameters first, (N, D)."
 SPLIT_ROUNDED = ("you rounded: return N and D unrounded, as floats (round(), int() and f-strings lose the "
                  "digits the check compares; round only when you print).")
 SPLIT_NEAR = ("a numerical minimiser (a grid, a few optimizer steps, float32) stops near the optimum; this "
-              "exercise wants the exact optimum, which the derivative gives in closed form: "
-              "N = G·(C/6)^(beta/(alpha+beta)) with G = (alpha·A/(beta·B))^(1/(alpha+beta)).")
-SPLIT_GENERIC = ("along the budget D = C / (6N): L(N) = E + A/N^alpha + B·(6N/C)^beta. Set dL/dN = 0: "
-                 "N^(alpha+beta) = (alpha·A/(beta·B))·(C/6)^beta, so N = G·(C/6)^(beta/(alpha+beta)) with "
-                 "G = (alpha·A/(beta·B))^(1/(alpha+beta)), and D = C / (6N). Return (N, D) as floats.")
+              "exercise wants the exact optimum, which setting the derivative along the budget to zero gives "
+              "in closed form.")
+SPLIT_GENERIC = ("along the budget D = C / (6N), so L(N) = E + A/N^alpha + B·(6N/C)^beta. Set dL/dN = 0 and "
+                 "gather the powers of N on one side: N^(alpha+beta) equals a constant times (C/6)^beta. Solve "
+                 "for N, then D = C / (6N). Return (N, D) as floats.")
 
 SPLIT_MISTAKES = [
     (_split(six="none"), SPLIT_NO_SIX),
@@ -139,6 +150,9 @@ SPLIT_MISTAKES = [
     (_split(G="A and B swapped"), SPLIT_AB_SWAPPED),
     (_split(G="alpha and beta swapped"), SPLIT_ALPHA_BETA_SWAPPED),
     (_split(G="none"), SPLIT_NO_G),
+    (_split(G="precedence"), SPLIT_PRECEDENCE_G),
+    (_split(exponent="precedence"), SPLIT_PRECEDENCE_N),
+    (_split(G="A/B"), SPLIT_A_OVER_B),
     (lambda C, A, B, alpha, beta: (math.sqrt(C / 120), 20 * math.sqrt(C / 120)), SPLIT_TWENTY),
     (_split(order="D, N"), SPLIT_ORDER),
 ]
@@ -255,6 +269,24 @@ def _fit_no_logs(coef):
     return wrong
 
 
+def _fit_mixed_bases(x_log, y_log, undo):
+    def wrong(x, y):
+        slope, intercept = np.polyfit(x_log(np.asarray(x, dtype=np.float64)), y_log(np.asarray(y, dtype=np.float64)), 1)
+        return float(undo(intercept)), float(-slope)
+    return wrong
+
+
+def _fit_semilog(x, y):
+    slope, intercept = np.polyfit(np.asarray(x, dtype=np.float64), np.log(np.asarray(y, dtype=np.float64)), 1)
+    return float(math.exp(intercept)), float(-slope)
+
+
+def _fit_cov_over_var(x, y):
+    lx, ly = np.log(np.asarray(x, dtype=np.float64)), np.log(np.asarray(y, dtype=np.float64))
+    slope = np.cov(lx, ly)[0, 1] / np.var(lx)          # n - 1 over n
+    return float(math.exp(ly.mean() - slope * lx.mean())), float(-slope)
+
+
 def _fit_through_origin(x, y):
     lx, ly = np.log(np.asarray(x, dtype=np.float64)), np.log(np.asarray(y, dtype=np.float64))
     return 1.0, float(-(lx @ ly) / (lx @ lx))
@@ -305,14 +337,20 @@ FIT_POLYFIT_ORDER = ("np.polyfit returns the coefficients highest power first: s
                      "np.polyfit(np.log(x), np.log(y), 1). Yours unpacked them as (intercept, slope).")
 FIT_NO_LOGS = ("you fitted a straight line to y against x: a power law is straight only after logarithms, "
                "np.polyfit(np.log(x), np.log(y), 1).")
+FIT_MIXED_BASES = ("you took one kind of logarithm of x and another of y: the slope is only alpha when both are the "
+                   "same, np.log for both (then a = exp(intercept)) or np.log10 for both (a = 10**intercept).")
+FIT_SEMILOG = ("you took the logarithm of y but not of x: log y against x is straight for an exponential, not a power "
+               "law. Take np.log of both.")
+FIT_DDOF = ("np.cov divides by n - 1 and np.var by n, so your slope is n/(n-1) times too steep: use the same "
+            "divisor (np.var(..., ddof=1)), or np.polyfit.")
 FIT_ORIGIN = ("your line goes through the origin (a = 1, no intercept): log y = log a - alpha·log x has an "
               "intercept, log a; fit both, np.polyfit(np.log(x), np.log(y), 1).")
 FIT_ON_Y = ("you minimised the squared errors of y itself: the large-y points (the smallest x) then dominate. "
             "The exercise asks for least squares on log y, which weighs every point by its relative error: "
             "np.polyfit(np.log(x), np.log(y), 1).")
-FIT_GENERIC = ("take logarithms: log y = log a - alpha·log x is a straight line. Fit it by least squares, "
-               "slope, intercept = np.polyfit(np.log(x), np.log(y), 1), and return (exp(intercept), -slope) "
-               "as floats.")
+FIT_GENERIC = ("take logarithms: log y = log a - alpha·log x is a straight line in (log x, log y). Fit that "
+               "line by least squares (np.polyfit of degree 1), read alpha off its slope and a off its "
+               "intercept (undo the logarithm), and return (a, alpha) as floats.")
 
 FIT_MISTAKES = [
     (_fit(sign=1), FIT_SIGN),
@@ -326,6 +364,10 @@ FIT_MISTAKES = [
     (_fit_no_logs("exp"), FIT_NO_LOGS + " (Your a is exp(intercept) of the line in linear space.)"),
     (_fit_no_logs("intercept"), FIT_NO_LOGS),
     (_fit_through_origin, FIT_ORIGIN),
+    (_fit_mixed_bases(np.log, np.log10, lambda c: 10 ** c), FIT_MIXED_BASES),
+    (_fit_mixed_bases(np.log10, np.log, math.exp), FIT_MIXED_BASES + " (Yours: log10 of x, ln of y.)"),
+    (_fit_semilog, FIT_SEMILOG),
+    (_fit_cov_over_var, FIT_DDOF),
 ]
 
 
@@ -403,11 +445,22 @@ def _iso(*, x="ln", vertex="right", order="c2, c1, c0", undo="exp"):
         u = {"ln": np.log(N), "log10": np.log10(N), "N": N}[x]
         c = np.polyfit(u, L, 2)
         c2, c1, _ = c if order == "c2, c1, c0" else c[::-1]
-        top = {"right": -c1 / (2 * c2), "sign": c1 / (2 * c2), "no 2": -c1 / c2}[vertex]
+        top = {"right": -c1 / (2 * c2), "sign": c1 / (2 * c2), "no 2": -c1 / c2,
+               "precedence": -c1 / 2 * c2}[vertex]
         if x == "N":
             return float(top)
         return float(math.exp(top)) if undo == "exp" else float(top)
     return wrong
+
+
+def _iso_polynomial_coef(N, L):
+    c0, c1, c2 = np.polynomial.Polynomial.fit(np.log(np.asarray(N, dtype=np.float64)), L, 2).coef
+    return float(math.exp(-c1 / (2 * c2)))
+
+
+def _iso_log_loss(N, L):
+    c2, c1, _ = np.polyfit(np.log(np.asarray(N, dtype=np.float64)), np.log(np.asarray(L, dtype=np.float64)), 2)
+    return float(math.exp(-c1 / (2 * c2)))
 
 
 def _iso_best_point(N, L):
@@ -427,8 +480,16 @@ ISO_ORDER = ("np.polyfit returns the coefficients highest power first: c2, c1, c
              "Yours unpacked them lowest first.")
 ISO_BEST_POINT = ("you returned the size of the best run: the method fits a parabola through all of them and takes "
                   "its vertex, which usually falls between the sizes tried (and is less noisy than one run).")
-ISO_GENERIC = ("fit L = c2·u² + c1·u + c0 with u = ln N by least squares, c2, c1, c0 = np.polyfit(np.log(N), L, 2); "
-               "the vertex is u = -c1 / (2·c2); return float(np.exp(u)).")
+ISO_PRECEDENCE = ("-c1/2*c2 is (-c1/2)·c2 in Python: write -c1 / (2 * c2).")
+ISO_POLYNOMIAL = ("Polynomial.fit's .coef belong to a rescaled variable (its window): call .convert().coef to get the "
+                  "coefficients of u itself (lowest power first), or use np.polyfit.")
+ISO_LOG_LOSS = ("you fitted the parabola to log L: the method fits the losses themselves, L = c2·u² + c1·u + c0 "
+                "with u = ln N.")
+ISO_GENERIC = ("fit L as a polynomial of degree 2 in u = ln N by least squares (np.polyfit returns the "
+               "coefficients highest power first); its vertex is where its derivative is zero; return the N "
+               "there (not u) as a float.")
+ISO_NEAR = ("a search over sizes (or float32) stops near the vertex; this exercise wants the vertex of the "
+            "least-squares parabola itself, which its coefficients give in closed form.")
 
 ISO_MISTAKES = [
     (_iso(x="N"), ISO_IN_N),
@@ -438,6 +499,9 @@ ISO_MISTAKES = [
     (_iso(x="log10"), ISO_BASES),
     (_iso(order="c0, c1, c2"), ISO_ORDER),
     (_iso_best_point, ISO_BEST_POINT),
+    (_iso(vertex="precedence"), ISO_PRECEDENCE),
+    (_iso_polynomial_coef, ISO_POLYNOMIAL),
+    (_iso_log_loss, ISO_LOG_LOSS),
 ]
 
 
@@ -461,6 +525,9 @@ def _diagnose_iso(cases, outputs, refs):
         if got is None:
             return (f"return the size as one Python float (float(...) of a NumPy number); yours returned "
                     f"{type(out).__name__}. Hint: {ISO_GENERIC}")
+        if not math.isclose(got, ref, rel_tol=1e-6) and abs(got / ref - 1) < 1e-2:
+            return (f"for {len(N)} sizes from {N[0]:.4g} to {N[-1]:.4g} you returned N = {got:.6g}; the vertex "
+                    f"is at N = {ref:.6g}: close (off by {abs(got / ref - 1):.1e}, relative). Hint: {ISO_NEAR}")
         if not math.isclose(got, ref, rel_tol=1e-6):
             return (f"for {len(N)} sizes from {N[0]:.4g} to {N[-1]:.4g} you returned N = {got:.6g}; the vertex "
                     f"is at N = {ref:.6g}. Hint: {ISO_GENERIC}")
@@ -474,5 +541,5 @@ register(Exercise(
     make_cases=_isoflop_cases, reference=isoflop_optimum_reference,
     returns="the size at the vertex, a float",
     rtol=1e-6, compare=_iso_agrees, mistakes=ISO_MISTAKES,
-    diagnose=safe_diagnosis(_diagnose_iso), generic_hint=ISO_GENERIC,
+    diagnose=safe_diagnosis(_diagnose_iso), diagnose_hints=(ISO_NEAR,), generic_hint=ISO_GENERIC,
 ))

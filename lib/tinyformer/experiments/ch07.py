@@ -125,8 +125,8 @@ def sweep(grid, train_ids, val_ids, vocab_size: int, path=None, progress: bool =
     results = []
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(grid), desc="sweep", unit="run")
+        from tqdm import tqdm
+        bar = tqdm(total=len(grid), desc="sweep", unit="run", mininterval=2.0)  # a notebook keeps every redraw
     for d_model, tokens, seed in grid:
         key = (d_model, tokens, seed)
         if key not in done:
