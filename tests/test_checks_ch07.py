@@ -114,6 +114,13 @@ def split_precedence_in_N(C, A, B, alpha, beta):
     return N, C / (6 * N)
 
 
+def split_D_from_its_own_power(C, A, B, alpha, beta):
+    """Wrong: D from its own power of the budget, forgetting 1/G."""
+    s = alpha + beta
+    G = (alpha * A / (beta * B)) ** (1 / s)
+    return G * (C / 6) ** (beta / s), G * (C / 6) ** (alpha / s)
+
+
 def split_A_over_B(C, A, B, alpha, beta):
     s = alpha + beta
     N = math.pow(A / B, 1 / s) * math.pow(C / 6, beta / s)
@@ -136,6 +143,7 @@ SPLIT_WRONG = [
     (split_precedence_in_G, "alpha*A/beta*B is (alpha*A/beta)*B in Python"),
     (split_precedence_in_N, "raises C/6 to beta and then divides"),
     (split_A_over_B, "your G is (A/B)^(1/(alpha+beta))"),
+    (split_D_from_its_own_power, "your N is right but your D is not"),
     (split_by_search, "you returned N = "),
     (lambda *a: tuple(v * (1 + 1e-4) for v in learner_split()(*a)), "close (off by 1.0e-04, relative), but not"),
     (lambda *a: torch.tensor(learner_split()(*a)), "returned a tensor of shape (2,); return the pair (N, D)"),
@@ -245,6 +253,13 @@ def fit_semilog(x, y):
     return float(np.exp(intercept)), float(-slope)
 
 
+def fit_a_as_mean(x, y):
+    """Wrong: the slope right, then a as the mean of y·x^alpha."""
+    lx, ly = np.log(x), np.log(y)
+    alpha = -np.polyfit(lx, ly, 1)[0]
+    return float(np.mean(np.asarray(y) * np.asarray(x) ** alpha)), float(alpha)
+
+
 def fit_cov_var(x, y):
     lx, ly = np.log(x), np.log(y)
     slope = np.cov(lx, ly)[0][1] / np.var(lx)
@@ -268,6 +283,7 @@ FIT_WRONG = [
     (fit_mixed_other_way, "(Yours: log10 of x, ln of y.)"),
     (fit_semilog, "you took the logarithm of y but not of x"),
     (fit_cov_var, "np.cov divides by n - 1 and np.var by n"),
+    (fit_a_as_mean, "your alpha is right but a is not"),
     (lambda x, y: np.polyfit(np.log(x), np.log(y), 1), "returned a numpy.ndarray of shape (2,); return the pair"),
     (lambda x, y: [math.log(v) for v in x], "return the pair (a, alpha), two floats"),
     (lambda x, y: (np.float32(1.0), "2"), "alpha is a str, not a number"),
@@ -333,6 +349,9 @@ ISO_WRONG = [
     (vertex_precedence, "-c1/2*c2 is (-c1/2)·c2 in Python"),
     (vertex_polynomial, "Polynomial.fit's .coef belong to a rescaled variable"),
     (vertex_of_log_loss, "you fitted the parabola to log L"),
+    (lambda N, L: float(np.polyval(np.polyfit(np.log(N), L, 2), np.log(vertex_by_hand(N, L)))), "you returned a loss"),
+    (lambda N, L: float(np.exp(-np.polyfit(L, np.log(N), 2)[1] / (2 * np.polyfit(L, np.log(N), 2)[0]))),
+     "np.polyfit(x, y, deg) fits y as a function of x"),
     (lambda N, L: np.float64(vertex_by_hand(N, L)) * np.ones(1), "returned a numpy.ndarray of shape (1,)"),
     (lambda N, L: math.nan, "you returned nan (a parabola that opens downward"),
 ]

@@ -106,3 +106,21 @@ def test_window_floor_rejects_bad_input():
         ch07.window_floor(ids, -1.0)
     with pytest.raises(ValueError, match="ids must hold at least"):
         ch07.window_floor(ids[:3], 1.0)
+
+
+def test_gpu_sweep_script_runs_its_check_on_the_cpu(tmp_path, monkeypatch):
+    """tools/gpu_sweep_ch07.py's recording path, with two tiny runs on the CPU: the file it writes
+    holds the recipe and runs identical to ch07.run's."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import gpu_sweep_ch07 as script
+
+    out = tmp_path / "check-ch07.json"
+    record = script.sweep((8,), (2,), (0, 1), torch.device("cpu"), out, n_train=300, n_val=50)
+    assert json.loads(out.read_text()) == record and not out.with_suffix(".runs.json").exists()
+    assert record["recipe"]["dtype"] == "float32" and [r["seed"] for r in record["runs"]] == [0, 1]
+    train_ids, val_ids, vocab = ch07.word_data(n_train=300, n_val=50)
+    again = ch07.run(8, 2 * ch07.BATCH_SIZE * ch07.BLOCK_SIZE, train_ids, val_ids, len(vocab), seed=1)
+    assert record["runs"][1]["loss"] == again["loss"] and record["runs"][1]["steps"] == 2
+    assert script.main(["--check"]) == 0

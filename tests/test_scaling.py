@@ -25,8 +25,6 @@ from tinyformer.scaling import (
     PUBLISHED,
     compute_optimal,
     count_params,
-    coupled_surface,
-    fit_coupled_surface,
     fit_isoflop,
     fit_loss_surface,
     fit_power_law,
@@ -175,10 +173,6 @@ def test_fit_loss_surface_recovers_its_constants():
     (lambda: loss_surface(1e9, 1e10, "kaplan"), ValueError, "fit must be one of"),
     (lambda: compute_optimal(-1.0), ValueError, "C must be a positive"),
     (lambda: fit_isoflop([1e3, 1e4], [2.0, 1.5]), ValueError, "at least 3 points"),
-    (lambda: fit_coupled_surface([1, 2, 3, 4], [1, 2, 3, 4], [4, 3, 2, 1]), ValueError, "at least 5 points"),
-    (lambda: coupled_surface(1e3, 1e4, {"E": 1.0}), ValueError, "fit must be a dict with E, N_c"),
-    (lambda: coupled_surface(-1.0, 1e4, {"E": 1, "N_c": 1, "D_c": 1, "alpha_N": 1, "alpha_D": 1}), ValueError,
-     "N and D must be positive"),
     (lambda: fit_isoflop([1e3, 1e3, 1e4], [2.0, 2.1, 1.5]), ValueError, "three different sizes"),
     (lambda: fit_isoflop([1e3, 1e4, 1e5], [1.5, 2.0, 1.5]), ValueError, "opens downward"),
     (lambda: fit_isoflop([1e3, 0, 1e5], [1.5, 2.0, 1.5]), ValueError, "every x must be a positive"),
@@ -203,23 +197,6 @@ def test_fit_isoflop_finds_the_vertex():
     assert coef == pytest.approx(tuple(c), rel=1e-8)
     grid = np.logspace(3, 5, 200001)
     assert N_opt == pytest.approx(grid[np.argmin(np.polyval(c, np.log(grid)))], rel=1e-4)
-
-
-def test_fit_coupled_surface_recovers_kaplans_form():
-    """Exact points of E + ((N_c/N)^(a_N/a_D) + D_c/D)^a_D on a 7 x 3 grid like the chapter's give
-    back the constants (the form written out here, not through coupled_surface); the additive form
-    cannot follow them."""
-    true = {"E": 1.2, "N_c": 3e3, "D_c": 5e4, "alpha_N": 0.5, "alpha_D": 0.8}
-    sizes, tokens = [1.8e3, 3.8e3, 6.6e3, 1.4e4, 2.5e4, 5.7e4, 1e5], [7.7e4, 1.5e5, 3.1e5]
-    N = np.array([n for n in sizes for _ in tokens])
-    D = np.array([t for _ in sizes for t in tokens])
-    L = 1.2 + ((3e3 / N) ** (0.5 / 0.8) + 5e4 / D) ** 0.8
-    fit = fit_coupled_surface(N, D, L)
-    for k, v in true.items():
-        assert fit[k] == pytest.approx(v, rel=1e-2), k
-    assert np.max(np.abs(coupled_surface(N, D, fit) / L - 1)) < 1e-4
-    additive = fit_loss_surface(N, D, L)
-    assert np.max(np.abs(loss_surface(N, D, additive) / L - 1)) > 1e-2
 
 
 def test_compute_optimal_is_the_minimum_along_the_budget():

@@ -6,8 +6,7 @@ power laws fitted to the losses of a sweep of runs: ``y = a·x^(-alpha)`` (:func
 a straight line in log-log space), the same above a floor ``E`` that no amount of ``x`` removes
 (:func:`fit_power_law_offset`), and the two-variable form of Hoffmann et al. (2022),
 ``L(N, D) = E + A/N^alpha + B/D^beta`` (:func:`fit_loss_surface`, and the published fits in
-:data:`PUBLISHED`), and Kaplan et al.'s joint form, in which the two resources interact
-(:func:`fit_coupled_surface`). :func:`compute_optimal` splits a compute budget between parameters and tokens
+:data:`PUBLISHED`). :func:`compute_optimal` splits a compute budget between parameters and tokens
 under such a form, and :func:`fit_isoflop` finds the best size on one budget's runs the way
 Hoffmann et al.'s second method did (a parabola in ``log N``).
 
@@ -217,53 +216,6 @@ def fit_loss_surface(N, D, L, max_exponent: float = 2.0) -> dict:
             "alpha": float(alpha), "beta": float(beta)}
 
 
-def fit_coupled_surface(N, D, L, max_exponent: float = 4.0, rounds: int = 40) -> dict:
-    """Fit Kaplan et al.'s joint form (their eq. 1.5) with a floor added,
-    ``L = E + ((N_c/N)^(alpha_N/alpha_D) + D_c/D)^alpha_D``; returns ``{"E", "N_c", "D_c",
-    "alpha_N", "alpha_D"}``. Unlike :func:`fit_loss_surface`'s sum, the two resources sit inside
-    one power, so the gain from more data depends on the size.
-
-    Method (variable projection again): written as ``E + c·(n^-a + r/d)^b`` with ``n``, ``d``
-    scaled to a geometric mean of 1, the form is linear in ``(E, c)`` for fixed ``(a, b, r)``;
-    those three are chosen on a 16 x 16 x 16 grid and refined by ``rounds`` of coordinate-wise
-    golden-section search (the three are correlated, so it takes tens). Needs at least five runs."""
-    N, L1 = _points(N, L, min_points=5)
-    D, _ = _points(D, L, min_points=5)
-    max_exponent = _positive("max_exponent", max_exponent)
-    rounds = check_int("rounds", rounds)
-    sN, sD = float(np.exp(np.mean(np.log(N)))), float(np.exp(np.mean(np.log(D))))
-    n, d = N / sN, D / sD
-
-    def err(a, b, log_r):
-        return _linear_given_exponents([np.ones_like(n), (n ** -a + math.exp(log_r) / d) ** b], L1)[1]
-
-    exps = np.linspace(max_exponent / 16, max_exponent, 16)
-    logs = np.linspace(-6.0, 6.0, 16)
-    best = min((err(a, b, r), a, b, r) for a in exps for b in exps for r in logs)
-    _, a, b, log_r = (float(v) for v in best)
-    step, log_step = exps[1] - exps[0], logs[1] - logs[0]
-    for _ in range(rounds):                             # coordinate descent, each a 1-D search
-        a = _golden(lambda x, b=b, r=log_r: err(x, b, r), max(a - step, 1e-6), a + step)
-        b = _golden(lambda x, a=a, r=log_r: err(a, x, r), max(b - step, 1e-6), b + step)
-        log_r = _golden(lambda x, a=a, b=b: err(a, b, x), log_r - log_step, log_r + log_step)
-    (E, c), _ = _linear_given_exponents([np.ones_like(n), (n ** -a + math.exp(log_r) / d) ** b], L1)
-    k = c ** (1 / b)                                    # c·X^b = (k·X)^b
-    return {"E": float(E), "N_c": float(sN * k ** (1 / a)), "D_c": float(k * math.exp(log_r) * sD),
-            "alpha_N": float(a * b), "alpha_D": float(b)}
-
-
-def coupled_surface(N, D, fit: dict):
-    """``E + ((N_c/N)^(alpha_N/alpha_D) + D_c/D)^alpha_D`` under ``fit`` from
-    :func:`fit_coupled_surface`, for ``N`` parameters and ``D`` tokens (numbers or arrays)."""
-    if not isinstance(fit, dict) or not {"E", "N_c", "D_c", "alpha_N", "alpha_D"} <= set(fit):
-        raise ValueError("fit must be a dict with E, N_c, D_c, alpha_N, alpha_D (from fit_coupled_surface)")
-    N, D = np.asarray(N, dtype=np.float64), np.asarray(D, dtype=np.float64)
-    if np.any(N <= 0) or np.any(D <= 0):
-        raise ValueError("N and D must be positive")
-    f = fit
-    return f["E"] + ((f["N_c"] / N) ** (f["alpha_N"] / f["alpha_D"]) + f["D_c"] / D) ** f["alpha_D"]
-
-
 def _surface(fit) -> dict:
     if isinstance(fit, str):
         if fit not in PUBLISHED:
@@ -298,6 +250,5 @@ def compute_optimal(C, fit="hoffmann") -> tuple[float, float]:
     return float(N), float(C / (6 * N))
 
 
-__all__ = ["KAPLAN", "PUBLISHED", "compute_optimal", "count_params", "coupled_surface", "fit_coupled_surface",
-           "fit_isoflop", "fit_loss_surface",
+__all__ = ["KAPLAN", "PUBLISHED", "compute_optimal", "count_params", "fit_isoflop", "fit_loss_surface",
            "fit_power_law", "fit_power_law_offset", "kaplan_params", "loss_surface", "training_flops"]

@@ -131,6 +131,8 @@ SPLIT_A_OVER_B = ("your G is (A/B)^(1/(alpha+beta)): the exponents come down wit
 SPLIT_NO_G = ("you left out the constant: N_opt = G·(C/6)^(beta/(alpha+beta)) with G = (alpha·A/(beta·B))^"
               "(1/(alpha+beta)); the exponent alone gives the growth rate, not the size.")
 SPLIT_ORDER = "you returned (D, N): return the parameters first, (N, D)."
+SPLIT_N_RIGHT = ("your N is right but your D is not: once N is chosen the budget fixes D, C = 6·N·D, so "
+                 "D = C / (6·N).")
 SPLIT_ROUNDED = ("you rounded: return N and D unrounded, as floats (round(), int() and f-strings lose the "
                  "digits the check compares; round only when you print).")
 SPLIT_NEAR = ("a numerical minimiser (a grid, a few optimizer steps, float32) stops near the optimum; this "
@@ -185,6 +187,8 @@ def _diagnose_split(cases, outputs, refs):
             said = (f"for C = {C:.3g}, A = {A:.4g}, B = {B:.4g}, alpha = {alpha:.3g}, beta = {beta:.3g} you "
                     f"returned N = {got[0]:.9g}, D = {got[1]:.9g}; the optimum is N = {ref[0]:.9g}, "
                     f"D = {ref[1]:.9g}")
+            if math.isclose(got[0], ref[0], rel_tol=SPLIT_RTOL):
+                return f"{said}. Hint: {SPLIT_N_RIGHT}"
             if off < 1e-2 and all(v.is_integer() for v in got):
                 return f"{said}: close (off by {off:.1e}, relative), but whole numbers. Hint: {SPLIT_ROUNDED}"
             if off < 1e-2:
@@ -201,7 +205,8 @@ register(Exercise(
     make_cases=_split_cases, reference=optimal_split_reference,
     returns="the pair (N, D), two floats", item_names=("N", "D"),
     compare=_split_agrees, mistakes=SPLIT_MISTAKES,
-    diagnose=safe_diagnosis(_diagnose_split), diagnose_hints=(SPLIT_NEAR, SPLIT_ROUNDED), generic_hint=SPLIT_GENERIC,
+    diagnose=safe_diagnosis(_diagnose_split), diagnose_hints=(SPLIT_NEAR, SPLIT_ROUNDED, SPLIT_N_RIGHT),
+    generic_hint=SPLIT_GENERIC,
 ))
 
 
@@ -271,7 +276,8 @@ def _fit_no_logs(coef):
 
 def _fit_mixed_bases(x_log, y_log, undo):
     def wrong(x, y):
-        slope, intercept = np.polyfit(x_log(np.asarray(x, dtype=np.float64)), y_log(np.asarray(y, dtype=np.float64)), 1)
+        lx, ly = x_log(np.asarray(x, dtype=np.float64)), y_log(np.asarray(y, dtype=np.float64))
+        slope, intercept = np.polyfit(lx, ly, 1)
         return float(undo(intercept)), float(-slope)
     return wrong
 
@@ -343,6 +349,8 @@ FIT_SEMILOG = ("you took the logarithm of y but not of x: log y against x is str
                "law. Take np.log of both.")
 FIT_DDOF = ("np.cov divides by n - 1 and np.var by n, so your slope is n/(n-1) times too steep: use the same "
             "divisor (np.var(..., ddof=1)), or np.polyfit.")
+FIT_A_WRONG = ("your alpha is right but a is not: a undoes the logarithm of the line's intercept, in the base "
+               "you took of y (exp after np.log, 10** after np.log10), a = exp(mean(log y) + alpha·mean(log x)).")
 FIT_ORIGIN = ("your line goes through the origin (a = 1, no intercept): log y = log a - alpha·log x has an "
               "intercept, log a; fit both, np.polyfit(np.log(x), np.log(y), 1).")
 FIT_ON_Y = ("you minimised the squared errors of y itself: the large-y points (the smallest x) then dominate. "
@@ -386,7 +394,7 @@ def _diagnose_fit(cases, outputs, refs):
             # least squares on y is told by this first failing case alone: on random cases with x
             # over many decades its optimum is ill-conditioned, and searches disagree
             hint = FIT_ON_Y if all(math.isclose(o, w, rel_tol=1e-6) for o, w in zip(got, _fit_on_y(x, y))) \
-                else FIT_GENERIC
+                else FIT_A_WRONG if math.isclose(got[1], ref[1], rel_tol=1e-5) else FIT_GENERIC
             return (f"for {len(x)} points with x from {x[0]:.3g} to {x[-1]:.3g} you returned a = {got[0]:.5g}, "
                     f"alpha = {got[1]:.5g}; the least-squares fit is a = {ref[0]:.5g}, alpha = {ref[1]:.5g}. "
                     f"Hint: {hint}")
@@ -407,7 +415,7 @@ register(Exercise(
         (TypeError, r"must be real number, not list|only length-1 arrays|only 0-dimensional",
          "math.log works on one number: use np.log on the whole array, np.log(np.asarray(x))."),
     ],
-    diagnose=safe_diagnosis(_diagnose_fit), diagnose_hints=(FIT_ON_Y,), generic_hint=FIT_GENERIC,
+    diagnose=safe_diagnosis(_diagnose_fit), diagnose_hints=(FIT_ON_Y, FIT_A_WRONG), generic_hint=FIT_GENERIC,
 ))
 
 
@@ -463,6 +471,11 @@ def _iso_log_loss(N, L):
     return float(math.exp(-c1 / (2 * c2)))
 
 
+def _iso_swapped(N, L):
+    c2, c1, _ = np.polyfit(np.asarray(L, dtype=np.float64), np.log(np.asarray(N, dtype=np.float64)), 2)
+    return float(math.exp(-c1 / (2 * c2)))
+
+
 def _iso_best_point(N, L):
     return float(N[int(np.argmin(L))])
 
@@ -485,6 +498,9 @@ ISO_POLYNOMIAL = ("Polynomial.fit's .coef belong to a rescaled variable (its win
                   "coefficients of u itself (lowest power first), or use np.polyfit.")
 ISO_LOG_LOSS = ("you fitted the parabola to log L: the method fits the losses themselves, L = c2·u² + c1·u + c0 "
                 "with u = ln N.")
+ISO_SWAPPED = ("np.polyfit(x, y, deg) fits y as a function of x: the loss is y here, "
+               "np.polyfit(np.log(N), L, 2).")
+ISO_LOSS = "you returned a loss: return the size N at the vertex, not the loss there."
 ISO_GENERIC = ("fit L as a polynomial of degree 2 in u = ln N by least squares (np.polyfit returns the "
                "coefficients highest power first); its vertex is where its derivative is zero; return the N "
                "there (not u) as a float.")
@@ -502,6 +518,7 @@ ISO_MISTAKES = [
     (_iso(vertex="precedence"), ISO_PRECEDENCE),
     (_iso_polynomial_coef, ISO_POLYNOMIAL),
     (_iso_log_loss, ISO_LOG_LOSS),
+    (_iso_swapped, ISO_SWAPPED),
 ]
 
 
@@ -517,7 +534,7 @@ def _iso_agrees(case, out, ref) -> bool:
 
 
 def _diagnose_iso(cases, outputs, refs):
-    for (N, _), out, ref in zip(cases, outputs, refs):
+    for (N, L), out, ref in zip(cases, outputs, refs):
         got = _one_number(out)
         if type(out) is float and got is None:
             return (f"you returned {out} (a parabola that opens downward, or a log of a non-positive number?). "
@@ -525,6 +542,9 @@ def _diagnose_iso(cases, outputs, refs):
         if got is None:
             return (f"return the size as one Python float (float(...) of a NumPy number); yours returned "
                     f"{type(out).__name__}. Hint: {ISO_GENERIC}")
+        if not math.isclose(got, ref, rel_tol=1e-6) and min(L) / 2 <= got <= 2 * max(L) < min(N):
+            return (f"for {len(N)} sizes from {N[0]:.4g} to {N[-1]:.4g} you returned {got:.6g}; the vertex is at "
+                    f"N = {ref:.6g}. Hint: {ISO_LOSS}")
         if not math.isclose(got, ref, rel_tol=1e-6) and abs(got / ref - 1) < 1e-2:
             return (f"for {len(N)} sizes from {N[0]:.4g} to {N[-1]:.4g} you returned N = {got:.6g}; the vertex "
                     f"is at N = {ref:.6g}: close (off by {abs(got / ref - 1):.1e}, relative). Hint: {ISO_NEAR}")
@@ -541,5 +561,5 @@ register(Exercise(
     make_cases=_isoflop_cases, reference=isoflop_optimum_reference,
     returns="the size at the vertex, a float",
     rtol=1e-6, compare=_iso_agrees, mistakes=ISO_MISTAKES,
-    diagnose=safe_diagnosis(_diagnose_iso), diagnose_hints=(ISO_NEAR,), generic_hint=ISO_GENERIC,
+    diagnose=safe_diagnosis(_diagnose_iso), diagnose_hints=(ISO_NEAR, ISO_LOSS), generic_hint=ISO_GENERIC,
 ))

@@ -51,18 +51,21 @@ def config_for(d_model: int, vocab_size: int) -> GPTConfig:
 
 
 def run(d_model: int, tokens: int, train_ids, val_ids, vocab_size: int, seed: int = 0,
-        lr: float = 1e-2) -> dict:
+        lr: float = 1e-2, device=None) -> dict:
     """Train one GPT of width ``d_model`` on ``tokens`` training tokens (rounded down to whole
     steps of 32 x 24 tokens) with a cosine schedule that ends with the run, and return
     ``{"d_model", "N" (non-embedding parameters), "N_total", "D" (tokens seen), "C" (6·N·D),
     "C_full" (the FLOPs torch counts: :func:`flops_per_token` · D), "steps", "seed", "lr",
-    "loss" (held-out, nats per token)}``."""
+    "loss" (held-out, nats per token)}``. On ``device`` (default: the CPU) the run stays in float32,
+    so that a GPU's runs follow the same recipe as the CPU's."""
     tokens = check_int("tokens", tokens, minimum=BATCH_SIZE * BLOCK_SIZE)
     steps = tokens // (BATCH_SIZE * BLOCK_SIZE)
     torch.manual_seed(seed)
     model = GPT(config_for(d_model, vocab_size))
+    if device is not None:
+        model = model.to(device)
     train(model, train_ids, steps=steps, batch_size=BATCH_SIZE, lr=lr, warmup=max(steps // 10, 1),
-          weight_decay=0.0, eval_every=steps, eval_batches=1, seed=seed, progress=False)
+          weight_decay=0.0, eval_every=steps, eval_batches=1, seed=seed, progress=False, amp=False)
     N, D = count_params(model), steps * BATCH_SIZE * BLOCK_SIZE
     loss = estimate_loss(model, val_ids, batch_size=64, block_size=BLOCK_SIZE, n_batches=20)
     return {"d_model": d_model, "N": N, "N_total": count_params(model, non_embedding=False), "D": D,
@@ -78,45 +81,56 @@ def flops_per_token(d_model: int, vocab_size: int) -> int:
     return training_flops_per_token(config_for(d_model, vocab_size))
 
 
-def window_floor(ids, entropy_rate: float, block_size: int = BLOCK_SIZE, orders: int = 3) -> float:
-    """A lower bound on the mean loss over a window's ``block_size`` predictions for any model that
-    sees only the window, on a stationary stream ``ids`` whose entropy rate (nats per token, given
-    the whole past) is ``entropy_rate``.
+def window_floor(ids, entropy_rate: float, block_size: int = BLOCK_SIZE,
+                 orders: int = 3) -> float:
+    """A lower bound on the mean loss over a window's ``block_size``
+    predictions for any model that sees only the window, on a stationary
+    stream ``ids`` whose entropy rate (nats per token, given the whole
+    past) is ``entropy_rate``.
 
-    The prediction at position ``t`` sees ``t + 1`` tokens. For ``t < orders`` its loss is at least
-    the entropy of the next token given the ``t + 1`` before it, estimated from ``ids``'s n-gram
-    counts (plug-in estimates, which err low, so the bound stays a bound); every later prediction
-    pays at least ``entropy_rate``."""
+    The prediction at position ``t`` sees ``t + 1`` tokens. For
+    ``t < orders`` its loss is at least the entropy of the next token given
+    the ``t + 1`` before it, estimated from ``ids``'s n-gram counts
+    (plug-in estimates, which err low, so the bound stays a bound); every
+    later prediction pays at least ``entropy_rate``."""
     block_size = check_int("block_size", block_size)
     orders = check_int("orders", orders, minimum=0)
     if orders >= block_size:
-        raise ValueError(f"orders must be below block_size={block_size}, got {orders}")
+        raise ValueError(f"orders must be below block_size={block_size}, "
+                         f"got {orders}")
     if not (isinstance(entropy_rate, (int, float)) and entropy_rate >= 0):
-        raise ValueError(f"entropy_rate must be a non-negative number of nats, got {entropy_rate!r}")
+        raise ValueError(f"entropy_rate must be a non-negative number of "
+                         f"nats, got {entropy_rate!r}")
     x = torch.as_tensor(ids).flatten().long()
     if len(x) < orders + 2:
-        raise ValueError(f"ids must hold at least orders + 2 = {orders + 2} tokens, got {len(x)}")
+        raise ValueError(f"ids must hold at least orders + 2 = {orders + 2} "
+                         f"tokens, got {len(x)}")
     base = int(x.max()) + 1
     if base ** (orders + 1) >= 2 ** 63:
-        raise ValueError(f"orders={orders} is too many for a vocabulary of {base}: each "
-                         f"{orders + 1}-gram must fit one 64-bit number")
+        raise ValueError(f"orders={orders} is too many for a vocabulary of "
+                         f"{base}: each {orders + 1}-gram must fit one "
+                         f"64-bit number")
 
-    def joint(k):  # plug-in entropy of k consecutive tokens, each k-gram read as one number
-        code = torch.zeros(len(x) - k + 1, dtype=torch.int64)
+    def joint(k):  # plug-in entropy of k consecutive tokens, as one number
+        n = len(x) - k + 1
+        code = torch.zeros(n, dtype=torch.int64)
         for j in range(k):
-            code = code * base + x[j:len(x) - k + 1 + j]
-        p = torch.unique(code, return_counts=True)[1].double() / len(code)
+            code = code * base + x[j:n + j]
+        p = torch.unique(code, return_counts=True)[1].double() / n
         return float(-(p * p.log()).sum())
 
     H = [0.0] + [joint(k) for k in range(1, orders + 2)]
-    early = [max(H[t + 2] - H[t + 1], entropy_rate) for t in range(orders)]  # sees t + 1 tokens
+    # the prediction at t < orders sees t + 1 tokens
+    early = [max(H[t + 2] - H[t + 1], entropy_rate) for t in range(orders)]
     return (sum(early) + (block_size - orders) * entropy_rate) / block_size
 
 
-def sweep(grid, train_ids, val_ids, vocab_size: int, path=None, progress: bool = True) -> list[dict]:
+def sweep(grid, train_ids, val_ids, vocab_size: int, path=None, progress: bool = True,
+          device=None) -> list[dict]:
     """:func:`run` for every ``(d_model, tokens, seed)`` in ``grid``, in order. With ``path``,
     each finished run is appended to that JSON file and a run already there is read back instead
-    of trained again, so an interrupted sweep loses at most the run in progress."""
+    of trained again, so an interrupted sweep loses at most the run in progress. ``device``
+    is passed to :func:`run`."""
     grid = [tuple(g) for g in grid]
     done = {}
     if path is not None and Path(path).exists():
@@ -130,7 +144,7 @@ def sweep(grid, train_ids, val_ids, vocab_size: int, path=None, progress: bool =
     for d_model, tokens, seed in grid:
         key = (d_model, tokens, seed)
         if key not in done:
-            r = run(d_model, tokens, train_ids, val_ids, vocab_size, seed=seed)
+            r = run(d_model, tokens, train_ids, val_ids, vocab_size, seed=seed, device=device)
             done[key] = {**r, "tokens": tokens}
             if path is not None:
                 tmp = Path(f"{path}.tmp")
