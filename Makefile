@@ -87,6 +87,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/kv_cache.py
 	$(PY) benchmarks/bpe.py
 	$(PY) benchmarks/train_english.py
+	$(PY) benchmarks/skipgram.py
 
 clean:
 	rm -rf _build student grades

@@ -178,6 +178,28 @@ RELATION_TEMPLATES = {
     "gender": "he is a {x} and she is a {y} .",
     "plural": "one {x} , two {y} .",
 }
+# The same relations said the other way (``synthetic_corpus(..., relation_style="context")``): a
+# sentence names one side of a pair only, in a frame of its own side (a nation / a city), beside a
+# word the two sides share (the language spoken there). Partners never meet in one sentence; what
+# they have in common is a context, which is what the distributional hypothesis can pick up.
+CONTEXT_TEMPLATES = {
+    "capital": ("the proud nation of {w} speaks {z} .",
+                "the crowded city of {w} speaks {z} ."),
+    "gender": ("he is a {w} and he loves {z} .",
+               "she is a {w} and she loves {z} ."),
+    "plural": ("there is one {w} near the {z} .",
+               "there are two {w} near the {z} ."),
+}
+SHARED_CONTEXT = {
+    # the language spoken there: Spain and Chile share theirs, as they do in the world
+    "capital": ["french", "italian", "spanish", "german", "japanese", "arabic", "quechua",
+                "swahili", "english", "greek", "norwegian", "polish", "spanish", "hindi",
+                "mandarin", "russian"],
+    "gender": ["crowns", "tea", "games", "gardens", "music", "boats", "horses", "books",
+               "dancing", "films", "kites", "coffee"],
+    "plural": ["sofa", "gate", "wall", "swing", "door", "coast", "bed", "sink", "hill", "path",
+               "pond", "stop"],
+}
 FILLER = ["the", "sun", "rose", "over", "a", "quiet", "town", "and", "people",
           "walked", "to", "market", "with", "bread", "in", "their", "bags",
           "while", "birds", "sang", "near", "old", "walls"]
@@ -203,18 +225,31 @@ class SyntheticCorpus:
     repeats: list[dict] = field(default_factory=list)
 
 
-def synthetic_corpus(n_sentences: int, seed: int = 0,
-                     mix=(0.4, 0.3, 0.2, 0.1)) -> SyntheticCorpus:
+def synthetic_corpus(n_sentences: int, seed: int = 0, mix=(0.4, 0.3, 0.2, 0.1),
+                     relation_style: str = "cooccur",
+                     referent_clause: bool = False) -> SyntheticCorpus:
     """``n_sentences`` sentences of a synthetic language, seeded: pronoun
     sentences whose antecedent is decided by a later word, relation
     sentences (capitals, male and female forms, singular and plural), a
     random span of words said twice, and plain filler, in the proportions
-    ``mix``. The same ``seed`` gives the same corpus on every machine."""
+    ``mix``. The same ``seed`` gives the same corpus on every machine.
+
+    Two options change the language (both off by default, so the default
+    corpus never changes). ``relation_style="context"`` states each pair
+    without its partner: a sentence names one side in a frame of its own
+    (:data:`CONTEXT_TEMPLATES`) beside a word the two sides share
+    (:data:`SHARED_CONTEXT`), instead of ``"cooccur"``'s one sentence with
+    both. ``referent_clause=True`` follows each pronoun sentence with the
+    clause ``it means the <antecedent> .``, so that a next-token predictor
+    has to work out what "it" refers to; the dict of such a sentence also
+    holds ``referent`` (the character offset of the named noun)."""
     n_sentences = check_int("n_sentences", n_sentences)
     check_int("seed", seed, minimum=None)
-    if len(mix) != 4 or any(m < 0 for m in mix) or sum(mix) <= 0:
-        raise ValueError(f"mix must be 4 non-negative weights (pronoun, "
-                         f"relation, repeat, filler), got {mix!r}")
+    _check_mix(mix)
+    if relation_style not in ("cooccur", "context"):
+        raise ValueError(f"relation_style must be 'cooccur' or 'context', got {relation_style!r}")
+    if not isinstance(referent_clause, bool):
+        raise TypeError(f"referent_clause must be True or False, got {referent_clause!r}")
     rng = random.Random(seed)
     lines, corpus, offset = [], SyntheticCorpus(text=""), 0
     corpus.relations = {name: [] for name in RELATIONS}
@@ -227,13 +262,22 @@ def synthetic_corpus(n_sentences: int, seed: int = 0,
             adj = rng.choice(adj_a if first else adj_b)
             line = template.format(a=a, b=b, adj=adj)
             at = line.index(" it ") + 1
-            corpus.pronouns.append(dict(line=i, start=offset + at, end=offset + at + 2,
-                                        antecedent=a if first else b,
-                                        other=b if first else a, adjective=adj))
+            info = dict(line=i, start=offset + at, end=offset + at + 2,
+                        antecedent=a if first else b, other=b if first else a, adjective=adj)
+            if referent_clause:
+                line += f" it means the {info['antecedent']} ."
+                info["referent"] = offset + len(line) - len(info["antecedent"]) - 2
+            corpus.pronouns.append(info)
         elif kind == "relation":
             name = rng.choice(sorted(RELATIONS))
-            x, y = rng.choice(RELATIONS[name])
-            line = RELATION_TEMPLATES[name].format(x=x, y=y)
+            j = rng.randrange(len(RELATIONS[name]))
+            x, y = RELATIONS[name][j]
+            if relation_style == "cooccur":
+                line = RELATION_TEMPLATES[name].format(x=x, y=y)
+            else:                              # one side only, beside the pair's shared word
+                side = rng.randrange(2)
+                line = CONTEXT_TEMPLATES[name][side].format(w=(x, y)[side],
+                                                            z=SHARED_CONTEXT[name][j])
             corpus.relations[name].append((x, y))
         elif kind == "repeat":
             span = " ".join(rng.choice(FILLER) for _ in range(rng.randint(3, 6)))
@@ -249,7 +293,14 @@ def synthetic_corpus(n_sentences: int, seed: int = 0,
     return corpus
 
 
-def synthetic_entropy(mix=(0.4, 0.3, 0.2, 0.1)) -> dict:
+def _check_mix(mix) -> None:
+    if len(mix) != 4 or any(m < 0 for m in mix) or sum(mix) <= 0:
+        raise ValueError(f"mix must be 4 non-negative weights (pronoun, relation, repeat, "
+                         f"filler), got {mix!r}")
+
+
+def synthetic_entropy(mix=(0.4, 0.3, 0.2, 0.1), relation_style: str = "cooccur",
+                      referent_clause: bool = False) -> dict:
     """The entropy of :func:`synthetic_corpus`'s language, computed from its grammar: the floor
     below which no model's loss can go, however large or well trained.
 
@@ -258,10 +309,12 @@ def synthetic_entropy(mix=(0.4, 0.3, 0.2, 0.1)) -> dict:
     ``H(kind) + Σ_kind P(kind)·H(choices | kind)``; divided by the expected number of tokens per
     sentence (the tokens of :func:`words`: words, ``.`` and ``,``; no newline), it is the
     entropy rate in nats per token, the best loss a predictor that has read every earlier
-    sentence can reach. Returns ``{"nats_per_token", "nats_per_sentence", "tokens_per_sentence"}``."""
-    if len(mix) != 4 or any(m < 0 for m in mix) or sum(mix) <= 0:
-        raise ValueError(f"mix must be 4 non-negative weights (pronoun, relation, repeat, "
-                         f"filler), got {mix!r}")
+    sentence can reach. Returns ``{"nats_per_token", "nats_per_sentence", "tokens_per_sentence"}``.
+    ``relation_style`` and ``referent_clause`` are :func:`synthetic_corpus`'s options: the
+    referent clause adds five tokens and no entropy (the sentence before it decides it)."""
+    _check_mix(mix)
+    if relation_style not in ("cooccur", "context"):
+        raise ValueError(f"relation_style must be 'cooccur' or 'context', got {relation_style!r}")
     p = [m / sum(mix) for m in mix]
     log = math.log
     h_kind = -sum(q * log(q) for q in p if q > 0)
@@ -270,9 +323,16 @@ def synthetic_entropy(mix=(0.4, 0.3, 0.2, 0.1)) -> dict:
         h_pron += (log(len(firsts)) + log(len(seconds)) + log(2)
                    + (log(len(adj_a)) + log(len(adj_b))) / 2) / len(PRONOUN_TEMPLATES)
         l_pron += len(words(template.format(a="a", b="b", adj="c"))) / len(PRONOUN_TEMPLATES)
+    if referent_clause:
+        l_pron += len(words("it means the x ."))
     h_rel = log(len(RELATIONS)) + sum(log(len(pairs)) for pairs in RELATIONS.values()) / len(RELATIONS)
-    l_rel = sum(len(words(RELATION_TEMPLATES[name].format(x="x", y="y")))
-                for name in RELATIONS) / len(RELATIONS)
+    if relation_style == "cooccur":
+        l_rel = sum(len(words(RELATION_TEMPLATES[name].format(x="x", y="y")))
+                    for name in RELATIONS) / len(RELATIONS)
+    else:                                       # which side is named: one more fair coin
+        h_rel += log(2)
+        l_rel = sum(len(words(t.format(w="w", z="z"))) for name in RELATIONS
+                    for t in CONTEXT_TEMPLATES[name]) / (2 * len(RELATIONS))
     span = (3 + 6) / 2                          # a repeated span has 3 to 6 words; its copy adds nothing
     h_rep, l_rep = log(4) + span * log(len(FILLER)), 4 + 2 * span
     filler = (5 + 10) / 2                       # 5 to 10 words and a period
@@ -321,6 +381,7 @@ def load_corpus(name: str, cache_dir=None) -> str:
         return f.read()
 
 
-__all__ = ["CORPORA", "PRONOUN_TEMPLATES", "RELATIONS", "SyntheticCorpus",
+__all__ = ["CONTEXT_TEMPLATES", "CORPORA", "PRONOUN_TEMPLATES", "RELATIONS", "SHARED_CONTEXT",
+           "SyntheticCorpus",
            "WORD_PATTERN", "english_split", "english_text", "get_batch",
            "load_corpus", "pack_documents", "synthetic_corpus", "synthetic_entropy", "words"]

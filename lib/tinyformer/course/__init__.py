@@ -6,6 +6,7 @@ checks through :mod:`tinyformer.checks` (``tinyformer.checks.check_<name>``).
 """
 
 from tinyformer.course import (
+    ch01,  # noqa: F401 - registers chapter 1's exercises
     ch02,  # noqa: F401 - registers chapter 2's exercises
     ch03,  # noqa: F401 - registers chapter 3's exercises
     ch04,  # noqa: F401 - registers chapter 4's exercises

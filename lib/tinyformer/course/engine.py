@@ -125,6 +125,8 @@ class Exercise:
     diagnose: Callable[[list, list, list], str | None] | None = None  # (cases, outputs, refs) -> text
     diagnose_hints: tuple[str, ...] = ()   # every hint `diagnose` can give (so tests can cover them)
     drill: bool = False            # a check outside the chapter's exercises: the grader does not expect it
+    mistakes_by_compare: bool = False   # True: a known mistake matches when `compare` says its output
+                                   # agrees with the reader's (an order-free answer, say); else _close
     check_shapes: bool = True      # False: the outputs' shapes may differ from the reference's (a free
                                    # hidden width), and `compare` / `diagnose` judge them
     library_answers: tuple[str, ...] = ()   # dotted names of functions (or classes: all their methods)
@@ -676,7 +678,11 @@ def _same_behaviour(ex: Exercise, cases: list[tuple], read: list, error_kind: st
                 raise
             except BaseException as err:  # noqa: BLE001 - a known mistake may raise, as the reader's did
                 return i == len(read) and type(err).__name__ == error_kind
-            if i >= len(read) or not _close(read[i], portable(out), ex):
+            if i >= len(read):
+                return False
+            same = (ex.compare(case, read[i], portable(out)) if ex.mistakes_by_compare and ex.compare
+                    else _close(read[i], portable(out), ex))
+            if not same:
                 return False
     return error_kind is None and len(read) == len(cases)
 

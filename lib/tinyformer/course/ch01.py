@@ -1,0 +1,232 @@
+"""Chapter 1 (static and contextual embeddings): the exercises, their test inputs, references,
+known mistakes and hints.
+
+Exercise 1.2 (``sgns_grads``) returns the gradients of one skip-gram pair's negative-sampling loss
+``-log σ(u_o·v_c) - Σ_j log σ(-u_j·v_c)`` with respect to ``v_c`` (B, d), ``u_o`` (B, d) and
+``u_neg`` (B, k, d). The cases hold dot products of both signs and several sizes, so that each slip
+(the sign of the negative term, the -1 of the positive one forgotten, σ(-x) for σ(x) at the
+negatives, a softmax over the context and its negatives in place of k + 1 sigmoids, the gradient of
+the objective to maximise instead of the loss, the negatives left out of ``g_c`` or averaged) gives
+a different answer.
+
+Exercise 1.3 (``context_pairs``) lists every (centre, context) pair of a stream of ids whose
+distance is 1 to ``window``, on both sides. The order of the pairs is free: the check compares them
+as multisets. The slips: the centre paired with itself, a window one short, one side only, pairs
+that wrap around the ends.
+
+Library answers: ``tinyformer.embeddings.sgns_gradients`` (and ``SkipGram``'s autograd) for 1.2;
+``tinyformer.embeddings.skipgram_pairs`` for 1.3.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tinyformer import embeddings as E
+from tinyformer.course.engine import Exercise, register, safe_diagnosis
+
+CHAPTER = "01-embeddings"
+F64 = torch.float64
+
+
+# --------------------------------------------------------------------------- 1.2 the SGNS gradient
+
+
+def _grad_cases(g):
+    cases = []
+    for B, k, d, scale in ((1, 1, 2, 1.0), (3, 2, 4, 1.5), (5, 5, 8, 0.7), (4, 3, 3, 2.5)):
+        cases.append((torch.randn(B, d, generator=g, dtype=F64) * scale,
+                      torch.randn(B, d, generator=g, dtype=F64) * scale,
+                      torch.randn(B, k, d, generator=g, dtype=F64) * scale))
+    return cases
+
+
+def sgns_grads_reference(v_c, u_o, u_neg):
+    return E.sgns_gradients(v_c, u_o, u_neg)
+
+
+def _grads(*, neg_sign=1, pos="s-1", neg="s", softmax=False, flip=False, gc_neg="sum"):
+    """The SGNS gradients with the named slip; the defaults are right."""
+    def wrong(v_c, u_o, u_neg):
+        x_pos = (u_o * v_c).sum(-1, keepdim=True)                       # (B, 1)
+        x_neg = (u_neg * v_c.unsqueeze(1)).sum(-1, keepdim=True)        # (B, k, 1)
+        if softmax:   # one softmax over the context and its negatives, the context as the target
+            p = torch.softmax(torch.cat([x_pos, x_neg.squeeze(-1)], 1), 1)
+            c_pos, c_neg = p[:, :1] - 1, p[:, 1:].unsqueeze(-1)
+        else:
+            c_pos = torch.sigmoid(x_pos) - 1 if pos == "s-1" else torch.sigmoid(x_pos)
+            c_neg = torch.sigmoid(x_neg) if neg == "s" else torch.sigmoid(-x_neg)
+            c_neg = neg_sign * c_neg
+        negs = (c_neg * u_neg).sum(1)
+        if gc_neg == "mean":
+            negs = negs / u_neg.shape[1]
+        g_c = c_pos * u_o + (negs if gc_neg != "none" else 0)
+        g_o, g_neg = c_pos * v_c, c_neg * v_c.unsqueeze(1)
+        if flip:
+            return -g_c, -g_o, -g_neg
+        return g_c, g_o, g_neg
+    return wrong
+
+
+GRAD_NEG_SIGN = ("the negatives' terms have the wrong sign. The loss has -log σ(-u_j·v_c), whose derivative "
+                 "in x = u_j·v_c is +σ(x): it pushes v_c AWAY from u_j, so g_neg = σ(u_j·v_c) v_c and g_c gains "
+                 "+Σ_j σ(u_j·v_c) u_j.")
+GRAD_POS_NO_MINUS_ONE = ("the context's coefficient lacks its -1: d/dx of -log σ(x) is σ(x) - 1 (negative, so the "
+                         "step pulls u_o and v_c together), not σ(x).")
+GRAD_NEG_SIGMOID_OF_MINUS = ("at the negatives you used σ(-u_j·v_c): d/dx of -log σ(-x) is σ(x) = 1 - σ(-x). A "
+                             "negative the model already rejects (x very negative) should get almost no push.")
+GRAD_SOFTMAX = ("that is a softmax over the context and its k negatives (a (k+1)-way classification). "
+                "Negative sampling scores each pair on its own with a sigmoid: k + 1 binary decisions, "
+                "coefficients σ(x_o) - 1 and σ(x_j), which need not sum to zero.")
+GRAD_ASCENT = ("every sign is flipped: these are the gradients of the objective to MAXIMISE, log σ(u_o·v_c) + "
+               "Σ_j log σ(-u_j·v_c). The check asks for the gradients of the loss, its negative (a step then "
+               "SUBTRACTS them).")
+GRAD_GC_NO_NEG = ("g_c misses the negatives: v_c appears in every term, so its gradient is (σ(u_o·v_c) - 1) u_o "
+                  "+ Σ_j σ(u_j·v_c) u_j.")
+GRAD_GC_MEAN = ("g_c averages the negatives' terms: the loss SUMS over the k negatives, so does the gradient "
+                "(Σ_j σ(u_j·v_c) u_j, no 1/k).")
+GRAD_SWAPPED = ("you returned g_o where g_c belongs (or the reverse): return (g_c, g_o, g_neg), the gradient "
+                "with respect to v_c first.")
+GRAD_BATCH_MEAN = ("your gradients are the right ones divided by the batch size B: they belong to the batch's MEAN "
+                   "loss. The check asks for each pair's own gradients, those of the sum over pairs.")
+GRAD_BROADCAST = ("u_neg is (B, k, d) and v_c is (B, d): give v_c an axis for the k negatives, v_c.unsqueeze(1) of "
+                  "shape (B, 1, d), before multiplying, so each negative meets its own pair's v_c.")
+GRAD_GENERIC = ("with x_o = u_o·v_c and x_j = u_j·v_c: g_c = (σ(x_o) - 1) u_o + Σ_j σ(x_j) u_j, "
+                "g_o = (σ(x_o) - 1) v_c and g_neg[:, j] = σ(x_j) v_c. Check each against torch.autograd on one "
+                "pair.")
+
+register(Exercise(
+    name="sgns_grads", number="1.2", function="sgns_grads", chapter=CHAPTER,
+    args=("v_c", "u_o", "u_neg"),
+    library_answers=("tinyformer.embeddings.sgns_gradients", "tinyformer.embeddings.SkipGram",
+                     "tinyformer.embeddings._sgns_step", "torch.autograd.grad", "torch.autograd.backward",
+                     "torch.Tensor.backward"),
+    make_cases=_grad_cases, reference=sgns_grads_reference,
+    returns="a tuple (g_c, g_o, g_neg) shaped like (v_c, u_o, u_neg)",
+    item_names=("g_c", "g_o", "g_neg"), rtol=1e-9, atol=1e-12,
+    mistakes=[
+        (_grads(neg_sign=-1), GRAD_NEG_SIGN),
+        (_grads(pos="s"), GRAD_POS_NO_MINUS_ONE),
+        (_grads(neg="s(-x)"), GRAD_NEG_SIGMOID_OF_MINUS),
+        (_grads(softmax=True), GRAD_SOFTMAX),
+        (_grads(flip=True), GRAD_ASCENT),
+        (_grads(gc_neg="none"), GRAD_GC_NO_NEG),
+        (_grads(gc_neg="mean"), GRAD_GC_MEAN),
+        (lambda v_c, u_o, u_neg: _swap_first(sgns_grads_reference(v_c, u_o, u_neg)), GRAD_SWAPPED),
+        (lambda v_c, u_o, u_neg: tuple(g / len(v_c) for g in sgns_grads_reference(v_c, u_o, u_neg)),
+         GRAD_BATCH_MEAN),
+    ],
+    error_hints=[(RuntimeError, r"size of tensor a \(\d+\) must match the size of tensor b", GRAD_BROADCAST)],
+    generic_hint=GRAD_GENERIC,
+))
+
+
+# --------------------------------------------------------------------------- 1.3 the context pairs
+
+
+def _pair_cases(g):
+    cases = []
+    for n, V, window in ((6, 4, 1), (9, 5, 2), (12, 7, 3), (7, 3, 5)):
+        cases.append((torch.randint(V, (n,), generator=g), window))
+    return cases
+
+
+def context_pairs_reference(ids, window):
+    return E.skipgram_pairs(ids, window)
+
+
+def _swap_first(grads):
+    g_c, g_o, g_neg = grads
+    return g_o, g_c, g_neg
+
+
+def _pairs(*, self_pair=False, short=False, one_side=False, wrap=False, positions=False):
+    """The pairs with the named slip; the defaults are right."""
+    def wrong(ids, window):
+        n, centres, contexts = len(ids), [], []
+        reach = window - 1 if short else window
+        for i in range(n):
+            for j in range(i - reach, i + reach + 1):
+                if j == i and not self_pair:
+                    continue
+                if one_side and j < i:
+                    continue
+                if not 0 <= j < n:
+                    if not wrap:
+                        continue
+                    j %= n
+                centres.append(i if positions else int(ids[i]))
+                contexts.append(j if positions else int(ids[j]))
+        return torch.tensor(centres, dtype=torch.long), torch.tensor(contexts, dtype=torch.long)
+    return wrong
+
+
+def _pair_codes(out, n_ids: int) -> torch.Tensor | None:
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+        return None
+    c, o = (t.reshape(-1).long() for t in out)
+    if len(c) != len(o):
+        return None
+    return torch.sort(c * (n_ids + 1) + o).values
+
+
+def _pairs_agree(case, out, ref) -> bool:
+    values = [case[0]] + [t for t in (out if isinstance(out, tuple) else ()) if isinstance(t, torch.Tensor)]
+    top = max(int(t.max()) for t in values + list(ref) if t.numel()) + 1   # codes c·(top + 1) + o are unique
+    a, b = _pair_codes(out, top), _pair_codes(ref, top)
+    return a is not None and b is not None and torch.equal(a, b)
+
+
+def _diagnose_pairs(cases, outputs, refs):
+    for (ids, window), out, ref in zip(cases, outputs, refs):
+        if _pairs_agree((ids, window), out, ref):
+            continue
+        if not (isinstance(out, tuple) and len(out) == 2):
+            return "return a tuple (centres, contexts) of two 1-D tensors of the same length."
+        n_out, n_ref = len(out[0].reshape(-1)), len(ref[0])
+        if len(out[1].reshape(-1)) != n_out:
+            return (f"centres has {n_out} entries and contexts {len(out[1].reshape(-1))}: one entry of each per "
+                    f"pair. Hint: {PAIRS_GENERIC}")
+        if n_out != n_ref:
+            return (f"with {len(ids)} ids and window = {window} there are {n_ref} pairs (each position pairs "
+                    f"with up to {window} on each side); you returned {n_out}. Hint: {PAIRS_GENERIC}")
+        return (f"the right number of pairs ({n_ref}) but not the right ones with {len(ids)} ids and "
+                f"window = {window}: are centres and contexts aligned, position by position? "
+                f"Hint: {PAIRS_GENERIC}")
+    return None
+
+
+PAIRS_SELF = ("the centre word is paired with itself (distance 0): skip j == i. A word is not its own "
+              "context, and those pairs would teach every vector to score its own word high.")
+PAIRS_SHORT = ("your window is one short: distances run from 1 to window INCLUSIVE (range(1, window + 1)).")
+PAIRS_ONE_SIDE = ("you pair each centre only with the words after it (or list each pair of positions once): "
+                  "skip-gram's context is on both sides, distances -window … -1 and 1 … window, so (i, j) and "
+                  "(j, i) are two training pairs.")
+PAIRS_WRAP = ("some pairs wrap around the ends of the stream (an index taken modulo the length, or torch.roll): "
+              "the first words have no left context and the last no right context.")
+PAIRS_POSITIONS = ("your pairs hold positions (i, j), not words: return the ids at those positions, "
+                   "(ids[i], ids[j]).")
+PAIRS_EMPTY = ("torch.cat got an empty list: with window = 1 your loop over distances ran zero times. Distances run "
+               "from 1 to window inclusive: range(1, window + 1).")
+PAIRS_GENERIC = ("for every position i and every j with 1 <= |i - j| <= window and 0 <= j < len(ids), one pair "
+                 "(ids[i], ids[j]).")
+
+register(Exercise(
+    name="context_pairs", number="1.3", function="context_pairs", chapter=CHAPTER,
+    args=("ids", "window"),
+    library_answers=("tinyformer.embeddings.skipgram_pairs",),
+    make_cases=_pair_cases, reference=context_pairs_reference,
+    returns="a tuple (centres, contexts) of two 1-D integer tensors, in any order of the pairs",
+    item_names=("centres", "contexts"), check_shapes=False, exact_dtype=False,
+    compare=_pairs_agree,
+    mistakes=[
+        (_pairs(self_pair=True), PAIRS_SELF),
+        (_pairs(short=True), PAIRS_SHORT),
+        (_pairs(one_side=True), PAIRS_ONE_SIDE),
+        (_pairs(wrap=True), PAIRS_WRAP),
+        (_pairs(positions=True), PAIRS_POSITIONS),
+    ],
+    mistakes_by_compare=True,   # the pairs may come in any order: a slip is recognised in any order too
+    error_hints=[(ValueError, r"expected a non-empty list of Tensors", PAIRS_EMPTY)],   # torch.cat([])
+    diagnose=safe_diagnosis(_diagnose_pairs), generic_hint=PAIRS_GENERIC,
+))
