@@ -6,13 +6,16 @@ Exercise 1.2 (``sgns_grads``) returns the gradients of one skip-gram pair's nega
 ``u_neg`` (B, k, d). The cases hold dot products of both signs and several sizes, so that each slip
 (the sign of the negative term, the -1 of the positive one forgotten, σ(-x) for σ(x) at the
 negatives, a softmax over the context and its negatives in place of k + 1 sigmoids, the gradient of
-the objective to maximise instead of the loss, the negatives left out of ``g_c`` or averaged) gives
-a different answer.
+the objective to maximise instead of the loss, the negatives left out of ``g_c`` or averaged,
+``g_c`` and ``g_o`` swapped, the gradients of the batch's mean loss) gives a different answer;
+``u_neg * v_c`` without a k axis raises, and is told how to broadcast.
 
 Exercise 1.3 (``context_pairs``) lists every (centre, context) pair of a stream of ids whose
 distance is 1 to ``window``, on both sides. The order of the pairs is free: the check compares them
-as multisets. The slips: the centre paired with itself, a window one short, one side only, pairs
-that wrap around the ends.
+as multisets, and so are the known slips (``mistakes_by_compare``), so that a slip is named
+whatever order the pairs come in: the centre paired with itself, a window one short, one side only
+(or each pair of positions once), pairs that wrap around the ends, positions returned instead of
+ids; an empty ``torch.cat`` (a loop over ``range(1, window)`` with window 1) is told so.
 
 Library answers: ``tinyformer.embeddings.sgns_gradients`` (and ``SkipGram``'s autograd) for 1.2;
 ``tinyformer.embeddings.skipgram_pairs`` for 1.3.
@@ -89,8 +92,9 @@ GRAD_SWAPPED = ("you returned g_o where g_c belongs (or the reverse): return (g_
                 "with respect to v_c first.")
 GRAD_BATCH_MEAN = ("your gradients are the right ones divided by the batch size B: they belong to the batch's MEAN "
                    "loss. The check asks for each pair's own gradients, those of the sum over pairs.")
-GRAD_BROADCAST = ("u_neg is (B, k, d) and v_c is (B, d): give v_c an axis for the k negatives, v_c.unsqueeze(1) of "
-                  "shape (B, 1, d), before multiplying, so each negative meets its own pair's v_c.")
+GRAD_BROADCAST = ("two shapes do not broadcast. u_neg is (B, k, d) and v_c is (B, d): give v_c an axis for the k "
+                  "negatives, v_c.unsqueeze(1) of shape (B, 1, d). And a coefficient that scales rows needs its "
+                  "axis kept: (u_o * v_c).sum(-1, keepdim=True) is (B, 1), where .sum(-1) alone is (B,).")
 GRAD_GENERIC = ("with x_o = u_o·v_c and x_j = u_j·v_c: g_c = (σ(x_o) - 1) u_o + Σ_j σ(x_j) u_j, "
                 "g_o = (σ(x_o) - 1) v_c and g_neg[:, j] = σ(x_j) v_c. Check each against torch.autograd on one "
                 "pair.")
