@@ -135,6 +135,30 @@ def learner_grads(*, pos="sigmoid-1", neg="sigmoid", softmax=False, ascent=False
     return sgns_grads
 
 
+def grads_one_minus_sigma(v_c, u_o, u_neg):
+    """1 - σ(x) for the context (the objective's derivative), the negatives right."""
+    s_o = torch.sigmoid(torch.einsum("bd,bd->b", u_o, v_c))[:, None]
+    s_n = torch.sigmoid(torch.einsum("bkd,bd->bk", u_neg, v_c))
+    return ((1 - s_o) * u_o + torch.einsum("bk,bkd->bd", s_n, u_neg), (1 - s_o) * v_c,
+            s_n[..., None] * v_c[:, None])
+
+
+def grads_of_sigma(v_c, u_o, u_neg):
+    """The derivative of σ, not of log σ: -σ(1-σ) for the context, σ(1-σ) for the negatives."""
+    s_o = torch.sigmoid((u_o * v_c).sum(-1, keepdim=True))
+    s_n = torch.sigmoid((u_neg * v_c[:, None]).sum(-1, keepdim=True))
+    c_o, c_n = -s_o * (1 - s_o), s_n * (1 - s_n)
+    return c_o * u_o + (c_n * u_neg).sum(1), c_o * v_c, c_n * v_c[:, None]
+
+
+def grads_averaged_over_k(v_c, u_o, u_neg):
+    """The negatives' terms averaged, in g_c and in g_neg."""
+    k = u_neg.shape[1]
+    s_o = torch.sigmoid((u_o * v_c).sum(-1, keepdim=True))
+    s_n = torch.sigmoid((u_neg * v_c[:, None]).sum(-1, keepdim=True))
+    return (s_o - 1) * u_o + (s_n * u_neg).mean(1), (s_o - 1) * v_c, s_n * v_c[:, None] / k
+
+
 def grads_of_the_objective(v_c, u_o, u_neg):
     """Autograd on log σ(u_o·v_c) + Σ_j log σ(-u_j·v_c), the objective to maximise."""
     v_c, u_o, u_neg = (t.clone().requires_grad_() for t in (v_c, u_o, u_neg))
@@ -197,6 +221,9 @@ GRAD_WRONG = [
     (learner_grads(gc_negs="mean"), "g_c averages the negatives' terms"),
     (learner_grads(order="o,c,neg"), "you returned g_o where g_c belongs"),
     (grads_of_the_mean_loss, "the right ones divided by the batch size B"),
+    (grads_one_minus_sigma, "the context's coefficient has the wrong sign"),
+    (grads_of_sigma, "you differentiated σ itself, not log σ"),
+    (grads_averaged_over_k, "you averaged over the k negatives"),
     (learner_grads(dtype=torch.float32), "every value is a float32 number, so your function computed in float32"),
     (lambda *a: tuple(g.float() for g in learner_grads()(*a)), "g_c has torch.float32 for torch.float64 inputs"),
     (learner_grads(g_neg_summed=True), "g_neg shape (1, 2), expected (1, 1, 2) for v_c of shape (1, 2), u_o of "
@@ -229,6 +256,38 @@ def learner_pairs(*, self_pair=False, short=False, one_side=False, wrap=False):
                 contexts.append(ids[j].item())
         return torch.tensor(centres, dtype=torch.long), torch.tensor(contexts, dtype=torch.long)
     return context_pairs
+
+
+def pairs_left_only(ids, window):
+    """Only the words before each centre."""
+    c, o = [], []
+    for i in range(len(ids)):
+        for j in range(max(0, i - window), i):
+            c.append(int(ids[i]))
+            o.append(int(ids[j]))
+    return torch.tensor(c), torch.tensor(o)
+
+
+def pairs_negative_index(ids, window):
+    """j < len(ids) checked, j >= 0 forgotten: Python's negative indices wrap to the end."""
+    c, o = [], []
+    for i in range(len(ids)):
+        for j in range(i - window, i + window + 1):
+            if j != i and j < len(ids):
+                c.append(int(ids[i]))
+                o.append(int(ids[j]))
+    return torch.tensor(c), torch.tensor(o)
+
+
+def pairs_lopsided(ids, window):
+    """range(i - window, i + window): one short on the right."""
+    c, o = [], []
+    for i in range(len(ids)):
+        for j in range(max(0, i - window), min(len(ids), i + window)):
+            if j != i:
+                c.append(int(ids[i]))
+                o.append(int(ids[j]))
+    return torch.tensor(c), torch.tensor(o)
 
 
 def pairs_by_band(ids, window, *, low=1, high=None, lower=True):
@@ -303,6 +362,9 @@ PAIRS_WRONG = [
     (lambda ids, w: pairs_by_offsets(ids, w, offsets=lambda w: range(w + 1)),
      "the centre word is paired with itself (distance 0)"),
     (lambda ids, w: pairs_by_offsets(ids, w, offsets=lambda w: range(1, w)), "torch.cat got an empty list"),
+    (pairs_left_only, "you pair each centre only with the words before it"),
+    (pairs_negative_index, "negative indices wrap around in Python"),
+    (pairs_lopsided, "your window is lopsided"),
     (pairs_sorted_apart, PAIRS_NOT_THE_RIGHT_ONES),
     (pairs_of_positions, "your pairs hold positions (i, j), not words"),
     (lambda ids, w: (learner_pairs()(ids, w)[0], learner_pairs()(ids, w)[1][:-1]), "centres has 10 entries and "

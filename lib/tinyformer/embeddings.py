@@ -29,20 +29,25 @@ from tinyformer.validation import check_int
 # --------------------------------------------------------------------------- vectors and words
 
 def cosine_similarity(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """cos(u, v) = u·v / (|u| |v|) over the last dimension (broadcasting the others): the angle
-    between two vectors, blind to their lengths. A zero vector has no direction: an error."""
+    """cos(u, v) = u·v / (|u| |v|) over the last dimension (the others
+    broadcast): the angle between two vectors, blind to their lengths.
+    A zero vector has no direction: an error."""
     for name, x in (("u", u), ("v", v)):
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
-                            f"{type(x).__name__ if not isinstance(x, torch.Tensor) else x.dtype}")
-        if x.dim() == 0:
-            raise ValueError(f"{name} must have at least one dimension (a vector), got a scalar")
-        if bool((x.norm(dim=-1) == 0).any()):
-            raise ValueError(f"{name} contains a zero vector: its cosine similarity is undefined")
+        _check_vectors(name, x)
     if u.shape[-1] != v.shape[-1]:
-        raise ValueError(f"u and v must have the same last dimension, got {u.shape[-1]} "
-                         f"and {v.shape[-1]}")
+        raise ValueError(f"u and v must have the same last dimension, "
+                         f"got {u.shape[-1]} and {v.shape[-1]}")
     return (u * v).sum(-1) / (u.norm(dim=-1) * v.norm(dim=-1))
+
+
+def _check_vectors(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        kind = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"{name} must be a floating-point torch.Tensor, got {kind}")
+    if x.dim() == 0:
+        raise ValueError(f"{name} must have at least one dimension (a vector), got a scalar")
+    if bool((x.norm(dim=-1) == 0).any()):
+        raise ValueError(f"{name} contains a zero vector: its cosine similarity is undefined")
 
 
 class Vocab:
@@ -302,16 +307,19 @@ def train_skipgram(tokens, dim: int = 50, window: int = 5, negatives: int = 5,
 
 # --------------------------------------------------------------------------- judging vectors
 
-def analogy(wv: WordVectors, a: str, b: str, c: str, exclude: bool = True) -> str:
-    """a is to b as c is to ?: the word whose vector has the highest cosine similarity with
-    b - a + c (3CosAdd, Mikolov et al., 2013), with unit-length vectors. ``exclude`` leaves the
-    three question words out of the answers, as every published score does: without it the
-    answer is often b or c itself."""
+def analogy(wv: WordVectors, a: str, b: str, c: str,
+            exclude: bool = True) -> str:
+    """a is to b as c is to ?: the word whose vector has the highest cosine
+    similarity with b - a + c (3CosAdd, Mikolov et al., 2013), from
+    unit-length vectors. ``exclude`` leaves the three question words out of
+    the answers, as published scores do: without it the answer is often b
+    or c itself."""
     for name, w in (("a", a), ("b", b), ("c", c)):
         wv._id(w, name)
     unit = wv.vectors / wv.vectors.norm(dim=-1, keepdim=True)
     target = unit[wv.index[b]] - unit[wv.index[a]] + unit[wv.index[c]]
-    return wv.most_similar(target, 1, exclude=(a, b, c) if exclude else ())[0][0]
+    banned = (a, b, c) if exclude else ()
+    return wv.most_similar(target, 1, exclude=banned)[0][0]
 
 
 def analogy_questions(pairs) -> list[tuple[str, str, str, str]]:

@@ -48,7 +48,7 @@ def sgns_grads_reference(v_c, u_o, u_neg):
     return E.sgns_gradients(v_c, u_o, u_neg)
 
 
-def _grads(*, neg_sign=1, pos="s-1", neg="s", softmax=False, flip=False, gc_neg="sum"):
+def _grads(*, neg_sign=1, pos="s-1", neg="s", softmax=False, flip=False, gc_neg="sum", sigma_prime=False):
     """The SGNS gradients with the named slip; the defaults are right."""
     def wrong(v_c, u_o, u_neg):
         x_pos = (u_o * v_c).sum(-1, keepdim=True)                       # (B, 1)
@@ -56,15 +56,21 @@ def _grads(*, neg_sign=1, pos="s-1", neg="s", softmax=False, flip=False, gc_neg=
         if softmax:   # one softmax over the context and its negatives, the context as the target
             p = torch.softmax(torch.cat([x_pos, x_neg.squeeze(-1)], 1), 1)
             c_pos, c_neg = p[:, :1] - 1, p[:, 1:].unsqueeze(-1)
+        elif sigma_prime:   # the derivative of σ itself, not of log σ
+            s_pos, s_neg = torch.sigmoid(x_pos), torch.sigmoid(x_neg)
+            c_pos, c_neg = -s_pos * (1 - s_pos), s_neg * (1 - s_neg)
         else:
-            c_pos = torch.sigmoid(x_pos) - 1 if pos == "s-1" else torch.sigmoid(x_pos)
+            c_pos = {"s-1": torch.sigmoid(x_pos) - 1, "s": torch.sigmoid(x_pos),
+                     "1-s": 1 - torch.sigmoid(x_pos)}[pos]
             c_neg = torch.sigmoid(x_neg) if neg == "s" else torch.sigmoid(-x_neg)
             c_neg = neg_sign * c_neg
         negs = (c_neg * u_neg).sum(1)
-        if gc_neg == "mean":
+        if gc_neg in ("mean", "mean both"):
             negs = negs / u_neg.shape[1]
         g_c = c_pos * u_o + (negs if gc_neg != "none" else 0)
         g_o, g_neg = c_pos * v_c, c_neg * v_c.unsqueeze(1)
+        if gc_neg == "mean both":
+            g_neg = g_neg / u_neg.shape[1]
         if flip:
             return -g_c, -g_o, -g_neg
         return g_c, g_o, g_neg
@@ -95,9 +101,15 @@ GRAD_BATCH_MEAN = ("your gradients are the right ones divided by the batch size 
 GRAD_BROADCAST = ("two shapes do not broadcast. u_neg is (B, k, d) and v_c is (B, d): give v_c an axis for the k "
                   "negatives, v_c.unsqueeze(1) of shape (B, 1, d). And a coefficient that scales rows needs its "
                   "axis kept: (u_o * v_c).sum(-1, keepdim=True) is (B, 1), where .sum(-1) alone is (B,).")
-GRAD_GENERIC = ("with x_o = u_o·v_c and x_j = u_j·v_c: g_c = (σ(x_o) - 1) u_o + Σ_j σ(x_j) u_j, "
-                "g_o = (σ(x_o) - 1) v_c and g_neg[:, j] = σ(x_j) v_c. Check each against torch.autograd on one "
-                "pair.")
+GRAD_ONE_MINUS = ("the context's coefficient has the wrong sign: d/dx of -log σ(x) is σ(x) - 1, which is negative; "
+                  "1 - σ(x) belongs to the objective you maximise, not to the loss.")
+GRAD_SIGMA_PRIME = ("you differentiated σ itself, not log σ: d/dx log σ(x) = σ'(x)/σ(x) = 1 - σ(x). The log's "
+                    "derivative divides by σ, which leaves σ(x) - 1 for the context and σ(x_j) for each negative.")
+GRAD_MEAN_BOTH = ("you averaged over the k negatives: the loss SUMS their terms, so neither g_c's sum nor g_neg "
+                  "has a 1/k.")
+GRAD_GENERIC = ("compute one pair's gradients with torch.autograd and compare them with yours, term by term: is "
+                "the context's coefficient wrong, or the negatives'? Start from d/dx of -log σ(x) and of "
+                "-log σ(-x), then the chain rule through each dot product.")
 
 register(Exercise(
     name="sgns_grads", number="1.2", function="sgns_grads", chapter=CHAPTER,
@@ -119,6 +131,9 @@ register(Exercise(
         (lambda v_c, u_o, u_neg: _swap_first(sgns_grads_reference(v_c, u_o, u_neg)), GRAD_SWAPPED),
         (lambda v_c, u_o, u_neg: tuple(g / len(v_c) for g in sgns_grads_reference(v_c, u_o, u_neg)),
          GRAD_BATCH_MEAN),
+        (_grads(pos="1-s"), GRAD_ONE_MINUS),
+        (_grads(sigma_prime=True), GRAD_SIGMA_PRIME),
+        (_grads(gc_neg="mean both"), GRAD_MEAN_BOTH),
     ],
     error_hints=[(RuntimeError, r"size of tensor a \(\d+\) must match the size of tensor b", GRAD_BROADCAST)],
     generic_hint=GRAD_GENERIC,
@@ -144,19 +159,20 @@ def _swap_first(grads):
     return g_o, g_c, g_neg
 
 
-def _pairs(*, self_pair=False, short=False, one_side=False, wrap=False, positions=False):
+def _pairs(*, self_pair=False, short=False, one_side=False, wrap=False, positions=False, left_only=False,
+           wrap_left=False, asymmetric=False):
     """The pairs with the named slip; the defaults are right."""
     def wrong(ids, window):
         n, centres, contexts = len(ids), [], []
         reach = window - 1 if short else window
         for i in range(n):
-            for j in range(i - reach, i + reach + 1):
+            for j in range(i - reach, i + reach + (0 if asymmetric else 1)):
                 if j == i and not self_pair:
                     continue
-                if one_side and j < i:
+                if (one_side and j < i) or (left_only and j > i):
                     continue
                 if not 0 <= j < n:
-                    if not wrap:
+                    if not (wrap or (wrap_left and j < 0)):
                         continue
                     j %= n
                 centres.append(i if positions else int(ids[i]))
@@ -212,6 +228,12 @@ PAIRS_POSITIONS = ("your pairs hold positions (i, j), not words: return the ids 
                    "(ids[i], ids[j]).")
 PAIRS_EMPTY = ("torch.cat got an empty list: with window = 1 your loop over distances ran zero times. Distances run "
                "from 1 to window inclusive: range(1, window + 1).")
+PAIRS_LEFT_ONLY = ("you pair each centre only with the words before it: skip-gram's context is on both sides, "
+                   "distances -window … -1 and 1 … window.")
+PAIRS_WRAP_LEFT = ("negative indices wrap around in Python: ids[-1] is the LAST word, so your first words were "
+                   "paired with the end of the stream. Check 0 <= j as well as j < len(ids).")
+PAIRS_ASYMMETRIC = ("your window is lopsided: range(i - window, i + window) stops one short on the right. The "
+                    "context runs from i - window to i + window inclusive: range(i - window, i + window + 1).")
 PAIRS_GENERIC = ("for every position i and every j with 1 <= |i - j| <= window and 0 <= j < len(ids), one pair "
                  "(ids[i], ids[j]).")
 
@@ -229,6 +251,9 @@ register(Exercise(
         (_pairs(one_side=True), PAIRS_ONE_SIDE),
         (_pairs(wrap=True), PAIRS_WRAP),
         (_pairs(positions=True), PAIRS_POSITIONS),
+        (_pairs(left_only=True), PAIRS_LEFT_ONLY),
+        (_pairs(wrap_left=True), PAIRS_WRAP_LEFT),
+        (_pairs(asymmetric=True), PAIRS_ASYMMETRIC),
     ],
     mistakes_by_compare=True,   # the pairs may come in any order: a slip is recognised in any order too
     error_hints=[(ValueError, r"expected a non-empty list of Tensors", PAIRS_EMPTY)],   # torch.cat([])
