@@ -68,6 +68,7 @@ Helpers the chapters' own tests use: :func:`verdict_for`, :func:`cell_function`,
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 from collections.abc import Callable, Iterable
@@ -99,6 +100,16 @@ def harvest(name: str, fn, seed: int = 0, timeout: float = 30):
     verdict = checks.judge(ex, cases, checks.Outcome(outputs=rec["outputs"], error=rec["error"] and
                                                      tuple(rec["error"]), mutated=rec["mutated"]))
     return rec, verdict
+
+
+def in_book_refuses(name: str, fn, flags: list[str], seed: int = 0) -> None:
+    """The in-book check refuses ``fn``, whose outputs are right, and names one of ``flags``, the
+    library's answers the grader caught it calling."""
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        verdict = checks.check(name, fn, seed)
+    assert_refused(verdict, printed.getvalue())
+    assert "the outputs are right" in verdict.message, verdict.message
+    assert any(flag in verdict.message for flag in flags), (flags, verdict.message)
 
 
 def verdict_for(name: str, fn, seed: int = 0) -> checks.Verdict:

@@ -872,4 +872,6 @@ def test_the_absolute_value_reference_works_in_the_library_feed_forward():
         a = torch.linspace(-7, 7, 141, dtype=torch.float64)
         x = torch.stack([a, torch.zeros_like(a)], dim=-1)
         torch.testing.assert_close(x + ffn(x), torch.stack([a, a.abs()], dim=-1))
-    assert checks.check_absolute_value_ffn(ch03.absolute_value_reference)
+    assert verdict_for("absolute_value_ffn", ch03.absolute_value_reference)
+    # the in-book check, like the grader, names the reference as the library's own answer
+    assert not checks.check_absolute_value_ffn(ch03.absolute_value_reference)

@@ -716,6 +716,27 @@ def check(name: str, fn: Callable, seed: int = 0) -> Verdict:
         verdict = Verdict(name, ERROR, f"✗ {ex.title}: expected a function, got {describe(fn)}.")
     else:
         cases = cases_for(ex, seed)
-        verdict = judge(ex, cases, run_cases(fn, cases))
+        outcome, calls = _watched_run(ex, fn, cases)
+        verdict = judge(ex, cases, outcome)
+        if verdict.passed and calls:
+            verdict = Verdict(name, FAIL, f"✗ {ex.title}: the outputs are right, but they come from "
+                                          f"{', '.join(calls[:3])}, the library's own answer. Write it "
+                                          "yourself, as the exercise asks: a grader gives an answer that "
+                                          "calls it no credit.")
     print(verdict.wrapped())
     return verdict
+
+
+def _watched_run(ex: Exercise, fn: Callable, cases: list[tuple]) -> tuple[Outcome, list[str]]:
+    """``run_cases`` under the grader's profiler: the outcome, and the library's own answers (or
+    the course's code) that ``fn`` is, or called while it ran."""
+    from tinyformer.course import _nbrun  # the grader's watcher: standard library only
+
+    profiler = _nbrun._Profiler(library_answer_keys(ex))
+
+    def watched(*args):
+        return profiler.call(fn, args)
+
+    outcome = run_cases(watched, cases)
+    calls = _nbrun._library_identity(fn)
+    return outcome, calls + [h for h in profiler.hits if h not in calls]
