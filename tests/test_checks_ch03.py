@@ -14,6 +14,7 @@ the tests that read it are skipped while it does not exist.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import exercise_suite
 import numpy as np
@@ -27,7 +28,7 @@ from tinyformer import blocks, checks
 from tinyformer.attention import MultiHeadAttention
 from tinyformer.course import ch03, engine
 
-from conftest import BOOK
+from conftest import BOOK, define
 
 CHAPTER = ["layer_norm", "absolute_value_ffn", "block_forward", "block_params"]
 DRILLS = ["rms_norm"]
@@ -299,6 +300,64 @@ def learner_parallel(x, attn, ffn, ln_1, ln_2, slip):
     raise AssertionError(slip)
 
 
+def block_gpt_j(x, attn, ffn, ln_1, ln_2, norm):
+    """GPT-J's parallel block, as Hugging Face's GPTJBlock writes it: one norm read by both sublayers."""
+    if norm == "parallel":
+        h = ln_1(x)
+        return x + attn(h) + ffn(h)
+    return learner_block()(x, attn, ffn, ln_1, ln_2, norm)
+
+
+def ln_by_length(with_eps):
+    """Divides by the centred vector's length (the 1/d of the variance forgotten)."""
+    def layer_norm(x, gain, bias, eps=1e-5):
+        c = x - x.mean(dim=-1, keepdim=True)
+        length = c.norm(dim=-1, keepdim=True)
+        return c / (torch.sqrt(length ** 2 + eps) if with_eps else length) * gain + bias
+    return layer_norm
+
+
+def ln_uncentred_variance(x, gain, bias, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x ** 2).mean(dim=-1, keepdim=True)              # E[x²], the mean not removed
+    return (x - mean) / torch.sqrt(var + eps) * gain + bias
+
+
+def ln_eps_squared(x, gain, bias, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    std = torch.sqrt(((x - mean) ** 2).mean(dim=-1, keepdim=True) + eps ** 2)
+    return (x - mean) / std * gain + bias
+
+
+def ln_dim_2(x, gain, bias, eps=1e-5):
+    """Written for (B, T, d) inputs: dim=2."""
+    mean = x.mean(dim=2, keepdim=True)
+    var = x.var(dim=2, keepdim=True, unbiased=False)
+    return (x - mean) / torch.sqrt(var + eps) * gain + bias
+
+
+def rms_length_plus_eps(x, gain, eps=1e-6):
+    return x / (x.norm(dim=-1, keepdim=True) + eps) * gain
+
+
+def rms_gemma(x, gain, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + gain)
+
+
+def rms_by_std(unbiased, eps_inside):
+    def rms_norm(x, gain, eps=1e-6):
+        std = x.std(dim=-1, keepdim=True, unbiased=unbiased) if not eps_inside else \
+            torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=unbiased) + eps)
+        return x / (std if eps_inside else std + eps) * gain
+    return rms_norm
+
+
+def rms_llama(x, gain, eps=1e-6):
+    """LLaMA's RMSNorm: statistics in float32, cast back to the input's dtype."""
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * gain
+
+
 def learner_block(pre="right", post="right", parallel="right"):
     """A learner's block_forward, written with if/elif, with the slips chosen by the keywords."""
     def block_forward(x, attn, ffn, ln_1, ln_2, norm):
@@ -455,6 +514,11 @@ WRONG = [
     ("layer_norm", ln_float32_cast_back, "computed in float32 and cast back"),
     ("layer_norm", lambda x, gain, bias, eps=1e-5: F.layer_norm(x, (x.shape[-1],), gain, bias, eps)[..., :-1],
      "output shape"),
+    ("layer_norm", ln_by_length(with_eps=False), "√d times too small"),
+    ("layer_norm", ln_by_length(with_eps=True), "√d times too small"),
+    ("layer_norm", ln_uncentred_variance, "the mean of x², not of (x - mean)²"),
+    ("layer_norm", ln_eps_squared, "you added eps²"),
+    ("layer_norm", ln_dim_2, "use dim=-1, the last axis"),
     ("absolute_value_ffn", ffn_returning(t([[1, -1], [0, 0]]), ZERO_2, t([[1, 1], [-1, 1]]), ZERO_2),
      "The FFN must return the CHANGE"),
     ("absolute_value_ffn", ffn_returning(t([[1, 0], [0, 0]]), ZERO_2, t([[0, 1], [0, 0]]), ZERO_2),
@@ -498,7 +562,8 @@ WRONG = [
     ("block_forward", block_else_post, "an `else` treats every norm other than 'pre'"),
     ("block_forward", learner_block(parallel="unhandled"), "returned x unchanged"),
     ("block_forward", block_no_else, "returned x unchanged"),
-    ("block_forward", learner_block(parallel="ln_1_twice"), "ln_1 was used for both sublayers"),
+    ("block_forward", learner_block(parallel="ln_1_twice"), "That is GPT-J's and PaLM's parallel block"),
+    ("block_forward", block_gpt_j, "That is GPT-J's and PaLM's parallel block"),
     ("block_forward", learner_block(parallel="lns_swapped"), "attention reads ln_1(x), the FFN ln_2(x)"),
     ("block_forward", learner_block(parallel="sublayers_swapped"), "attention reads ln_1(x), the FFN ln_2(x)"),
     ("block_forward", learner_block(parallel="residual_twice"), "x was added twice"),
@@ -542,7 +607,8 @@ WRONG = [
     ("block_forward", block_no_return, "did you forget the `return` line?"),
     ("block_forward", lambda x, *parts: (learner_block()(x, *parts), x), "return only the block's output"),
     ("block_params", counting(attn_bias=False, ffn_bias=False), "the biases are missing"),
-    ("block_params", counting(norms=0), "the layer norms are missing"),
+    ("block_params", counting(norms=0), "either the two layer norms"),
+    ("block_params", counting(attn_bias=False), "or the biases of the four attention projections"),
     ("block_params", counting(ffn_bias=False), "the feed-forward network's biases are missing"),
     ("block_params", counting(norms=3), "you counted three layer norms"),
     ("block_params", params_with_ln_f, "you counted three layer norms"),
@@ -567,6 +633,11 @@ WRONG = [
     ("rms_norm", rms_abs(with_eps=True), "the mean of |x|"),
     ("rms_norm", rms_abs(with_eps=False), "the mean of |x|"),
     ("rms_norm", rms_no_keepdim, "pass keepdim=True (x.pow(2)"),
+    ("rms_norm", rms_length_plus_eps, "||x|| + eps"),
+    ("rms_norm", rms_gemma, "Gemma's convention"),
+    ("rms_norm", rms_by_std(unbiased=True, eps_inside=False), "you divided by the standard deviation"),
+    ("rms_norm", rms_by_std(unbiased=False, eps_inside=True), "you divided by the standard deviation"),
+    ("rms_norm", rms_llama, "LLaMA's x.float()"),
 ]
 
 
@@ -875,3 +946,75 @@ def test_the_absolute_value_reference_works_in_the_library_feed_forward():
     assert verdict_for("absolute_value_ffn", ch03.absolute_value_reference)
     # the in-book check, like the grader, names the reference as the library's own answer
     assert not checks.check_absolute_value_ffn(ch03.absolute_value_reference)
+
+
+# --------------------------------------------------------------------------- the library's own answers
+
+LIBRARY_ANSWERS = [   # (exercise, a learner's answer that calls the library, the call the grader names)
+    ("layer_norm", """
+        import torch.nn.functional as F
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            return F.layer_norm(x, (x.shape[-1],), gain, bias, eps)
+        """, "torch.nn.functional.layer_norm"),
+    ("layer_norm", """
+        import torch
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            ln = torch.nn.LayerNorm(x.shape[-1], eps=eps, dtype=x.dtype)
+            with torch.no_grad():
+                ln.weight.copy_(gain)
+                ln.bias.copy_(bias)
+            return ln(x).detach()
+        """, "torch.nn.functional.layer_norm"),
+    ("layer_norm", """
+        from tinyformer.blocks import LayerNorm
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            ln = LayerNorm(x.shape[-1], eps).to(x.dtype)
+            ln.weight.data, ln.bias.data = gain, bias
+            return ln(x).detach()
+        """, "tinyformer.blocks.LayerNorm"),
+    ("block_forward", """
+        from tinyformer.blocks import TransformerBlock
+
+        def block_forward(x, attn, ffn, ln_1, ln_2, norm):
+            block = TransformerBlock(x.shape[-1], 1, norm="pre" if norm == "parallel" else norm)
+            block.attn, block.ffn, block.ln_1, block.ln_2 = attn, ffn, ln_1, ln_2
+            if norm == "parallel":
+                return x + attn(ln_1(x)) + ffn(ln_2(x))
+            return block(x)
+        """, "tinyformer.blocks.TransformerBlock"),
+    ("block_params", """
+        import torch
+        from tinyformer.blocks import TransformerBlock
+
+        def block_params(d_model, n_heads, d_ff):
+            with torch.device("meta"):
+                block = TransformerBlock(d_model, n_heads, d_ff)
+            return sum(p.numel() for p in block.parameters())
+        """, "tinyformer.blocks.TransformerBlock"),
+    ("block_params", """
+        from tinyformer.blocks import block_param_count
+
+        def block_params(d_model, n_heads, d_ff):
+            return block_param_count(d_model, d_ff)
+        """, "tinyformer.blocks.block_param_count"),
+    ("rms_norm", """
+        import torch.nn.functional as F
+
+        def rms_norm(x, gain, eps=1e-6):
+            return F.rms_norm(x, (x.shape[-1],), gain, eps)
+        """, "torch.nn.functional.rms_norm"),
+]
+
+
+@pytest.mark.parametrize("k", range(len(LIBRARY_ANSWERS)),
+                         ids=[f"{n}-{c}-{k}" for k, (n, _, c) in enumerate(LIBRARY_ANSWERS)])
+def test_the_library_answer_is_flagged(k):
+    name, source, caught = LIBRARY_ANSWERS[k]
+    fn = define(textwrap.dedent(source), checks.EXERCISES[name].function)
+    rec, verdict = exercise_suite.harvest(name, fn)
+    assert any(caught in flag for flag in rec["flags"]), rec["flags"]
+    assert verdict.status == checks.PASS, verdict.message   # its outputs are right: the flag alone takes the credit
+    exercise_suite.in_book_refuses(name, fn, rec["flags"])

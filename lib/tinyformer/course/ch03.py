@@ -82,6 +82,15 @@ def _ln(*, dim=-1, unbiased=False, eps_inside=True, eps_fixed=None, no_eps=False
     return wrong
 
 
+def _ln_uncentred_var(x, gain, bias, eps=1e-5):
+    return (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain + bias
+
+
+def _ln_eps_squared(x, gain, bias, eps=1e-5):
+    c = x - x.mean(dim=-1, keepdim=True)
+    return c / torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True) + eps ** 2) * gain + bias
+
+
 LN_UNBIASED = ("x.var() and torch.std() divide by d - 1 by default (the unbiased estimate); layer norm uses the "
                "biased variance, the plain mean of (x - mean)² over the d features: x.var(dim=-1, keepdim=True, "
                "unbiased=False).")
@@ -93,10 +102,25 @@ LN_FLOAT32 = ("part of your computation ran in float32 (x.float(), torch.float32
               "inputs' float64 throughout.")
 
 
+LN_LENGTH = ("you divided by the length of the centred vector, sqrt(sum((x - mean)²)): that is √d times the "
+             "standard deviation, so every output is √d times too small. The variance is the MEAN of (x - mean)² "
+             "over the d features.")
+
+
+def _by_length(x, gain, bias, eps, with_eps):
+    c = x - x.mean(dim=-1, keepdim=True)
+    return c / torch.sqrt(c.pow(2).sum(dim=-1, keepdim=True) + (eps if with_eps else 0.0)) * gain + bias
+
+
 def _diagnose_ln(cases, outputs, refs):
     """Values right to float32's precision but not to float64's: a float32 step inside (x.float()
     with a float64 gain and bias brings the result back to float64, so the dtype looks right).
-    A result cast back from float32 as a whole is left to the engine's own message."""
+    A result cast back from float32 as a whole is left to the engine's own message. Divided by the
+    centred vector's length, with or without eps: √d too small."""
+    for with_eps in (True, False):
+        if all(o.shape == r.shape and torch.allclose(o, _by_length(*case, with_eps), rtol=1e-9, atol=1e-12)
+               for case, o, r in zip(cases, outputs, refs)):
+            return f"wrong output. Hint: {LN_LENGTH}"
     if _float32_round_trip(outputs, refs):
         return None
     if all(bool(torch.allclose(o, r, rtol=1e-5, atol=1e-5)) for o, r in zip(outputs, refs)):
@@ -147,9 +171,16 @@ register(Exercise(
                               "is passed. Use the eps you are given."),
         (_ln(no_eps=True), "eps is missing: divide by sqrt(var + eps). Without it a token whose features are "
                            "(almost) equal is divided by (almost) zero."),
+        (_ln_uncentred_var, "the variance is the mean of x², not of (x - mean)²: centre x before squaring, "
+                            "var = ((x - mean)²).mean(dim=-1, keepdim=True)."),
+        (_ln_eps_squared, "you added eps² (or the square of something) inside the root: layer norm divides by "
+                          "sqrt(var + eps), eps itself."),
     ],
-    error_hints=[(RuntimeError, r"must match the size of tensor b", LN_KEEPDIM)],
-    diagnose=_diagnose_ln, diagnose_hints=(LN_FLOAT32,),
+    error_hints=[(RuntimeError, r"must match the size of tensor b", LN_KEEPDIM),
+                 (IndexError, r"Dimension out of range",
+                  "you named an axis by its number (dim=2, say), which exists only for 3-D inputs; x may have any "
+                  "number of leading axes (the check passes (T, d) too): use dim=-1, the last axis.")],
+    diagnose=_diagnose_ln, diagnose_hints=(LN_FLOAT32, LN_LENGTH),
     generic_hint="for each token: mean and biased variance over the last axis (keepdim=True), "
                  "x_hat = (x - mean) / sqrt(var + eps), then x_hat * gain + bias. Compare with "
                  "torch.nn.functional.layer_norm(x, (d,), gain, bias, eps) on a small input.",
@@ -416,15 +447,16 @@ BLOCK_SLIPS = {
                     "ln_2(h + ffn(h)) with h = ln_1(x + attn(x))."),
     ],
     "parallel": [
-        ("pre", "for norm='parallel' you computed the sequential pre-norm block: in the parallel block (GPT-J, "
-                "GPT-NeoX) the FFN reads the block's input x, not x after attention: "
+        ("pre", "for norm='parallel' you computed the sequential pre-norm block: in the parallel block (GPT-NeoX's) "
+                "the FFN reads the block's input x, not x after attention: "
                 "x + attn(ln_1(x)) + ffn(ln_2(x))."),
         ("post", "for norm='parallel' you computed the post-norm block: an `else` treats every norm other than "
                  "'pre' as 'post'. Give 'parallel' its own branch (and raise a ValueError for an unknown norm)."),
         ("identity", "for norm='parallel' your function returned x unchanged: no branch handles "
                      "norm == 'parallel'. Add one: x + attn(ln_1(x)) + ffn(ln_2(x))."),
-        ("ln_1_twice", "for norm='parallel', ln_1 was used for both sublayers: the FFN reads ln_2(x), "
-                       "x + attn(ln_1(x)) + ffn(ln_2(x))."),
+        ("ln_1_twice", "for norm='parallel', ln_1 was used for both sublayers. That is GPT-J's and PaLM's "
+                       "parallel block, whose two sublayers share one norm; the exercise asks for GPT-NeoX's, with "
+                       "a norm each: x + attn(ln_1(x)) + ffn(ln_2(x))."),
         ("lns_swapped", "for norm='parallel', ln_1 and ln_2 are swapped: attention reads ln_1(x), the FFN "
                         "ln_2(x)."),
         ("residual_twice", "for norm='parallel', x was added twice, (x + attn(...)) + (x + ffn(...)) = 2x + ...: "
@@ -517,7 +549,7 @@ register(Exercise(
                   "norm='parallel' is not among the keys you look up: give the parallel block its own entry, "
                   "x + attn(ln_1(x)) + ffn(ln_2(x))."),
                  (ValueError, r"parallel",
-                  "your function refused norm='parallel': it is the third placement (GPT-J, GPT-NeoX), "
+                  "your function refused norm='parallel': it is the third placement (GPT-NeoX's), "
                   "x + attn(ln_1(x)) + ffn(ln_2(x)); raise only for other strings.")],
     diagnose=_diagnose_block, diagnose_hints=tuple(BLOCK_WRONG.values()),
     generic_hint="pre: x = x + attn(ln_1(x)); x = x + ffn(ln_2(x)). post: x = ln_1(x + attn(x)); "
@@ -583,8 +615,10 @@ register(Exercise(
         (lambda d, H, f: _count(d, H, f, norms=3),
          "you counted three layer norms: a block has two, ln_1 and ln_2. The final ln_f belongs to the stack "
          "(TransformerStack), once after the last block, not to each block."),
-        (lambda d, H, f: _count(d, H, f, norms=0), "the layer norms are missing: two of them, each with a gain "
-                                                   "and a bias of d_model numbers."),
+        (lambda d, H, f: _count(d, H, f, norms=0),
+         "4·d_model parameters are missing: either the two layer norms (a gain and a bias of d_model numbers "
+         "each) or the biases of the four attention projections (d_model each), which TransformerBlock has by "
+         "default (bias=True). Both come to 4·d_model: which did you leave out?"),
         (lambda d, H, f: _count(d, H, f, norm_size=1),
          "the layer norms are short by 2·d_model: there are two, each with a gain AND a bias of d_model numbers."),
         (lambda d, H, f: _count(d, H, f, proj_bias=False, ffn_bias=False, norms=0),
@@ -630,7 +664,31 @@ RMS_ABS = ("you divided by the mean of |x|; RMS norm divides by the ROOT of the 
            "sqrt(mean(x²) + eps).")
 
 
+RMS_FLOAT32 = ("part of your computation ran in float32 (LLaMA's x.float() ... .type_as(x), say): the statistics "
+               "carry float32's ~1e-7 rounding into the float64 result. That up-cast protects float16 inputs; here "
+               "keep the inputs' dtype throughout.")
+
+
+RMS_STD = ("you divided by the standard deviation, the spread around the mean: RMS norm divides by the root of "
+           "the mean square of x itself, sqrt(mean(x²) + eps), with no mean removed anywhere.")
+
+
+def _by_std(x, g, eps, unbiased, where):
+    var = x.var(dim=-1, keepdim=True, unbiased=unbiased)
+    return x / {"inside": torch.sqrt(var + eps), "outside": torch.sqrt(var) + eps, "none": torch.sqrt(var)}[where] * g
+
+
 def _diagnose_rms(cases, outputs, refs):
+    for unbiased in (False, True):
+        for where in ("inside", "outside", "none"):
+            if all(o.shape == x.shape and torch.allclose(o, _by_std(x, g, eps, unbiased, where), rtol=1e-9,
+                                                         atol=1e-12)
+                   for (x, g, eps), o in zip(cases, outputs)):
+                return f"wrong output. Hint: {RMS_STD}"
+    if not _float32_round_trip(outputs, refs) and all(
+            bool(torch.allclose(o, r, rtol=1e-5, atol=1e-5)) for o, r in zip(outputs, refs)):
+        return f"values right to float32's precision (~1e-7) only. Hint: {RMS_FLOAT32}"
+
     def by_abs(x, g, eps, shift):
         return x / (x.abs().mean(dim=-1, keepdim=True) + shift) * g
 
@@ -658,11 +716,17 @@ register(Exercise(
         (_rms(total=True), "you divided by the vector's length, sqrt(sum(x²)); RMS norm takes the MEAN of the "
                            "squares, so your output is √d times too small: divide by sqrt(mean(x²) + eps)."),
         (_rms(root=False), "you divided by the mean square; divide by its square root, sqrt(mean(x²) + eps)."),
+        (_rms(total=True, eps_inside=False),
+         "you divided by the vector's length plus eps, ||x|| + eps: RMS norm takes the MEAN of the squares (the "
+         "length is √d times larger) with eps inside the root: x / sqrt(mean(x²) + eps)."),
+        (lambda x, g, eps=1e-6: _rms()(x, g, eps) * (1 + g) / g,
+         "you multiplied by (1 + gain), Gemma's convention, where the stored weight starts at 0: here the gain "
+         "is the weight itself, x / sqrt(mean(x²) + eps) * gain."),
     ],
     error_hints=[(RuntimeError, r"must match the size of tensor b",
                   "the mean of the squares over the last axis dropped that axis, so it no longer lines up with "
                   "x: pass keepdim=True (x.pow(2).mean(dim=-1, keepdim=True)).")],
-    diagnose=_diagnose_rms, diagnose_hints=(RMS_ABS,),
+    diagnose=_diagnose_rms, diagnose_hints=(RMS_ABS, RMS_FLOAT32, RMS_STD),
     generic_hint="x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain; compare with "
                  "torch.nn.functional.rms_norm(x, (d,), gain, eps) on a small input.",
 ))
