@@ -608,7 +608,7 @@ WRONG = [
     ("block_forward", lambda x, *parts: (learner_block()(x, *parts), x), "return only the block's output"),
     ("block_params", counting(attn_bias=False, ffn_bias=False), "the biases are missing"),
     ("block_params", counting(norms=0), "either the two layer norms"),
-    ("block_params", counting(attn_bias=False), "or the biases of the four attention projections"),
+    ("block_params", counting(attn_bias=False), "either the two layer norms"),
     ("block_params", counting(ffn_bias=False), "the feed-forward network's biases are missing"),
     ("block_params", counting(norms=3), "you counted three layer norms"),
     ("block_params", params_with_ln_f, "you counted three layer norms"),
