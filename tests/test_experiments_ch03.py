@@ -14,16 +14,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from tinyformer.attention import MultiHeadAttention
 from tinyformer.blocks import LayerNorm, TransformerBlock, TransformerStack
 from tinyformer.experiments.ch03 import (
     ZeroSublayer,
     absolute_value_batch,
     affine_floor,
+    attend_with_weights,
     block_grad_norms,
     block_jacobians,
     position_cosine,
     remove_norms_,
     remove_sublayer_,
+    stream_grad_norms,
     sublayer_output_rms,
     sublayer_writes,
     train_regression,
@@ -260,3 +263,51 @@ def test_position_cosine():
     assert position_cosine(x) == pytest.approx(sum(pairs) / len(pairs), rel=1e-10)
     with pytest.raises(ValueError, match="T >= 2"):
         position_cosine(torch.zeros(3, 1, 4))
+
+
+def test_attend_with_weights_with_the_layers_own_weights_is_the_layer():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    out, weights = attn(x, return_weights=True)
+    torch.testing.assert_close(attend_with_weights(attn, x, weights), out)
+
+
+def test_attend_with_weights_uses_the_given_weights():
+    """Uniform causal weights: each position's write is W_O applied to the mean of the values so far
+    (computed here by SDPA with an all-zero score, i.e. a mask-only average)."""
+    torch.manual_seed(1)
+    attn = MultiHeadAttention(8, 2)
+    x = torch.randn(3, 4, 8)
+    T = x.shape[1]
+    uniform = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]
+    weights = uniform.expand(3, 2, T, T)
+    v = attn.v_proj(x).view(3, T, 2, 4).transpose(1, 2)            # (B, H, T, d_head)
+    q = torch.zeros_like(v)                                         # equal scores: a plain average
+    avg = F.scaled_dot_product_attention(q, torch.zeros_like(v), v, is_causal=True)
+    expected = attn.o_proj(avg.transpose(1, 2).reshape(3, T, 8))
+    torch.testing.assert_close(attend_with_weights(attn, x, weights), expected)
+
+
+def test_attend_with_weights_rejects_weights_of_the_wrong_shape():
+    attn = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"weights must have shape \(B, n_heads, T, T\)"):
+        attend_with_weights(attn, torch.randn(1, 4, 8), torch.ones(1, 4, 4))
+
+
+def test_stream_grad_norms_match_autograd_on_the_input_and_the_top():
+    torch.manual_seed(0)
+    stack = TransformerStack(3, 8, 2).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    norms = stream_grad_norms(stack, x, seed=7)
+    assert len(norms) == 4 and all(n.shape == (5,) for n in norms)
+    x_in = x.clone().requires_grad_(True)
+    out = stack(x_in)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype)
+    (grad_x,) = torch.autograd.grad((out * g).sum(), x_in)
+    assert_close(norms[0], grad_x.pow(2).sum(dim=(0, 2)).sqrt())
+    # the top of the stream feeds only ln_f: its gradient is ln_f's vector-Jacobian product with g
+    top = stack(x, return_stream=True)[1][-1].detach().requires_grad_(True)
+    (grad_top,) = torch.autograd.grad((stack.ln_f(top) * g).sum(), top)
+    assert_close(norms[-1], grad_top.pow(2).sum(dim=(0, 2)).sqrt())
+    assert all(p.grad is None for p in stack.parameters())

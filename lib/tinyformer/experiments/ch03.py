@@ -4,10 +4,12 @@ Surgery in place: remove every layer norm (:func:`remove_norms_`) or every atten
 feed-forward sublayer (:func:`remove_sublayer_`). A regression task that needs a non-linearity per
 token (:func:`absolute_value_batch`, trained by :func:`train_regression`) and the best any affine
 map can do on it (:func:`affine_floor`). Measurements of a stack at initialisation: each block's
-gradient norm (:func:`block_grad_norms`) and Jacobian (:func:`block_jacobians`), the size of each
-sublayer's output (:func:`sublayer_output_rms`), what each sublayer writes to the stream
-(:func:`sublayer_writes`), and how alike the positions' vectors have become
-(:func:`position_cosine`). :func:`draw_block` draws a block in either norm placement.
+gradient norm (:func:`block_grad_norms`), the gradient reaching each state of the stream per
+position (:func:`stream_grad_norms`), each block's Jacobian (:func:`block_jacobians`), the size
+of each sublayer's output (:func:`sublayer_output_rms`), what each sublayer writes to the stream
+(:func:`sublayer_writes`), attention with its weights frozen (:func:`attend_with_weights`), and
+how alike the positions' vectors have become (:func:`position_cosine`). :func:`draw_block` draws
+a block in either norm placement.
 """
 
 from __future__ import annotations
@@ -146,6 +148,26 @@ def block_grad_norms(stack: nn.Module, x: torch.Tensor, seed: int = 12345,
     return norms
 
 
+def stream_grad_norms(stack: nn.Module, x: torch.Tensor,
+                      seed: int = 12345) -> list[torch.Tensor]:
+    """For the loss of :func:`block_grad_norms` (``sum(out * g)``, ``g``
+    drawn from ``seed``), the gradient with respect to each state of the
+    residual stream, ``x_0`` (the input) to ``x_L``, as the norm per position:
+    a list of ``n_layer + 1`` tensors of shape ``(T,)``, each the norm over
+    the batch and the features. ``stack`` must accept ``return_stream=True``
+    (a ``TransformerStack``)."""
+    _blocks(stack)
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=None))
+    stack.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_(True)  # x_0 gets a gradient too
+    out, stream = stack(x, return_stream=True)
+    g = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
+    grads = torch.autograd.grad((out * g).sum(), stream)
+    stack.zero_grad(set_to_none=True)
+    return [gr.detach().pow(2).sum(dim=tuple(range(gr.dim() - 2)) + (-1,)).sqrt()
+            for gr in grads]
+
+
 def block_jacobians(stack: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     """The Jacobian of each block at the input it receives in a forward pass
     of ``x`` (one sequence, ``(T, d_model)``): matrix ``l`` is
@@ -207,6 +229,23 @@ def sublayer_writes(stack: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(outputs)
 
 
+def attend_with_weights(attn: nn.Module, x: torch.Tensor,
+                        weights: torch.Tensor) -> torch.Tensor:
+    """What multi-head attention ``attn`` writes for input ``x``
+    ``(B, T, d_model)`` when its attention weights are ``weights``
+    ``(B, n_heads, T, T)`` instead of its own: the values and output
+    projection are ``attn``'s (a control that freezes the softmax)."""
+    from tinyformer.attention import merge_heads, split_heads
+
+    if weights.shape != (*x.shape[:-2], attn.n_heads, x.shape[-2],
+                         x.shape[-2]):
+        raise ValueError(f"weights must have shape (B, n_heads, T, T) = "
+                         f"{(*x.shape[:-2], attn.n_heads, x.shape[-2], x.shape[-2])}"
+                         f", got {tuple(weights.shape)}")
+    v = split_heads(attn.v_proj(x), attn.n_heads)  # (B, H, T, d_head)
+    return attn.o_proj(merge_heads(weights @ v))  # (B, T, d_model)
+
+
 def position_cosine(x: torch.Tensor) -> float:
     """How alike the positions' vectors are: the mean cosine similarity
     between the vectors of two different positions of the same sequence.
@@ -248,9 +287,9 @@ def draw_block(norm: str = "pre", ax=None):
     ax.plot([sx, sx], [0.55, 5.45], color=PART_COLOURS["stream"], lw=4,
             solid_capstyle="butt", zorder=1, gid="stream")
     arrow(ax, (sx, 5.3), (sx, 5.62))
-    ax.text(sx, 0.45, "$x_\\ell$  (B, T, $d_\\mathrm{model}$)", ha="center",
+    ax.text(sx, 0.45, "$x_{\\ell-1}$  (B, T, $d_\\mathrm{model}$)", ha="center",
             va="top", fontsize=FONT)
-    ax.text(sx, 5.68, "$x_{\\ell+1}$", ha="center", va="bottom",
+    ax.text(sx, 5.68, "$x_\\ell$", ha="center", va="bottom",
             fontsize=FONT)
     ax.text(sx - 0.3, 1.3, "residual stream", rotation=90, ha="center",
             va="center", fontsize=9, color=PART_COLOURS["stream"])
