@@ -208,6 +208,26 @@ def grads_unsqueeze_in_place(v_c, u_o, u_neg):
 
 
 
+def grads_with(**items):
+    """The right gradients with some items replaced, each a function of (σ(x_o), σ(x_j), v_c, u_o, u_neg)."""
+    def sgns_grads(v_c, u_o, u_neg):
+        s_pos = torch.sigmoid((u_o * v_c).sum(-1, keepdim=True))                   # (B, 1)
+        s_neg = torch.sigmoid((u_neg * v_c.unsqueeze(1)).sum(-1, keepdim=True))    # (B, k, 1)
+        grads = {"g_c": (s_pos - 1) * u_o + (s_neg * u_neg).sum(1), "g_o": (s_pos - 1) * v_c,
+                 "g_neg": s_neg * v_c.unsqueeze(1)}
+        for name, make in items.items():
+            grads[name] = make(s_pos, s_neg, v_c, u_o, u_neg)
+        return grads["g_c"], grads["g_o"], grads["g_neg"]
+    return sgns_grads
+
+
+def grads_negatives_like_context(v_c, u_o, u_neg):
+    """Every pair coded like the context: coefficient σ(x) - 1 for the negatives too."""
+    s_pos = torch.sigmoid((u_o * v_c).sum(-1, keepdim=True))
+    c_neg = torch.sigmoid((u_neg * v_c.unsqueeze(1)).sum(-1, keepdim=True)) - 1
+    return (s_pos - 1) * u_o + (c_neg * u_neg).sum(1), (s_pos - 1) * v_c, c_neg * v_c.unsqueeze(1)
+
+
 GRAD_WRONG = [
     (learner_grads(neg="minus"), "the negatives' terms have the wrong sign"),
     (grads_sign_by_calculus, "the negatives' terms have the wrong sign"),
@@ -233,6 +253,14 @@ GRAD_WRONG = [
     (lambda *a: None, "returned None; return a tuple (g_c, g_o, g_neg)"),
     (grads_no_unsqueeze, "your function raised RuntimeError: The size of tensor a"),
     (grads_unsqueeze_in_place, "your function changed its input `v_c` in place"),
+    (grads_with(g_o=lambda s_pos, s_neg, v_c, u_o, u_neg: (s_pos - 1) * u_o), "g_o is a multiple of u_o"),
+    (grads_with(g_neg=lambda s_pos, s_neg, v_c, u_o, u_neg: s_neg * u_neg), "g_neg is a multiple of u_neg"),
+    (grads_negatives_like_context, "the negatives got the context's coefficient σ(x_j) - 1"),
+    (grads_with(g_c=lambda s_pos, s_neg, v_c, u_o, u_neg: (s_neg * u_neg).sum(1)), "g_c misses the context's term"),
+    (grads_with(g_c=lambda s_pos, s_neg, v_c, u_o, u_neg: (1 - s_pos) * u_o + (s_neg * u_neg).sum(1)),
+     "g_c's context term has the wrong sign"),
+    (grads_with(g_neg=lambda s_pos, s_neg, v_c, u_o, u_neg: s_neg * v_c.unsqueeze(1) / u_neg.shape[1]),
+     "g_neg is divided by k"),
 ]
 
 
@@ -323,6 +351,37 @@ def pairs_rolled(ids, window):
     return torch.cat(centres), torch.cat(contexts)
 
 
+def pairs_unique(ids, window):
+    """Each distinct pair once, through a set."""
+    n, seen = len(ids), set()
+    for i in range(n):
+        for j in range(max(0, i - window), min(n, i + window + 1)):
+            if j != i:
+                seen.add((int(ids[i]), int(ids[j])))
+    pairs = sorted(seen)
+    return torch.tensor([c for c, _ in pairs]), torch.tensor([o for _, o in pairs])
+
+
+def pairs_right_side_twice(ids, window):
+    """Slices, with the second half copied from the first: the right-hand pairs twice."""
+    centres, contexts = [], []
+    for d in range(1, window + 1):
+        centres += [ids[:-d], ids[:-d]]
+        contexts += [ids[d:], ids[d:]]
+    return torch.cat(centres), torch.cat(contexts)
+
+
+def pairs_end_clipped(ids, window):
+    """range(max(0, i - window), min(n - 1, i + window)): the end clipped at n - 1, exclusive."""
+    n, centres, contexts = len(ids), [], []
+    for i in range(n):
+        for j in range(max(0, i - window), min(n - 1, i + window)):
+            if j != i:
+                centres.append(int(ids[i]))
+                contexts.append(int(ids[j]))
+    return torch.tensor(centres), torch.tensor(contexts)
+
+
 def pairs_stacked(ids, window):
     return torch.stack(learner_pairs()(ids, window), dim=1)                # (N, 2)
 
@@ -377,6 +436,11 @@ PAIRS_WRONG = [
     (lambda ids, w: tuple(t.bool() for t in learner_pairs()(ids, w)), "centres has dtype torch.bool; return real "
                                                                        "numbers"),
     (lambda ids, w: None, "returned None; return a tuple (centres, contexts)"),
+    (lambda ids, w: tuple(t.float() for t in learner_pairs()(ids, w)), "centres has dtype torch.float32; return "
+                                                                        "an integer tensor"),
+    (pairs_unique, "you kept each distinct (centre, context) pair once"),
+    (pairs_right_side_twice, "you listed the pairs of one side twice"),
+    (pairs_end_clipped, "the end of your range is clipped at n - 1"),
 ]
 
 WRONG = [("sgns_grads", fn, phrase) for fn, phrase in GRAD_WRONG] + \
@@ -489,8 +553,8 @@ def test_the_outputs_on_the_meta_device_are_named(capsys):
 
 
 def test_the_pairs_are_judged_as_multisets_in_any_order(capsys):
-    """Any order of the pairs passes, in any integer or float dtype, as a tuple or a list; one pair more, one less,
-    or one changed fails."""
+    """Any order of the pairs passes, in any integer dtype, as a tuple or a list; one pair more, one less,
+    one changed, or float ids fail."""
     right = solution("context_pairs")
 
     def permuted(ids, window):
@@ -500,9 +564,9 @@ def test_the_pairs_are_judged_as_multisets_in_any_order(capsys):
 
     for fn in (permuted, lambda *a: tuple(t.flip(0) for t in right(*a)), lambda *a: list(right(*a)),
                lambda *a: (right(*a)[1], right(*a)[0]),                     # the pairs reversed: the same multiset
-               lambda *a: tuple(t.int() for t in right(*a)), lambda *a: tuple(t.double() for t in right(*a))):
+               lambda *a: tuple(t.int() for t in right(*a))):
         assert checks.check_context_pairs(fn).passed
-    for fn in (lambda *a: tuple(t[1:] for t in right(*a)),
+    for fn in (lambda *a: tuple(t[1:] for t in right(*a)), lambda *a: tuple(t.double() for t in right(*a)),
                lambda *a: tuple(torch.cat([t, t[:1]]) for t in right(*a)),
                lambda *a: (right(*a)[0], torch.cat([right(*a)[1][:-1], right(*a)[1][-1:] + 1]))):
         verdict = checks.check_context_pairs(fn)

@@ -790,3 +790,14 @@ def test_skipgram_and_gensim_solve_the_same_analogies(context_tokens):
         assert acc - base >= 0.2, (name, acc, base)
         assert offset_consistency(wv, pairs) > 0.8, name        # measured 0.92 and 0.90
     assert abs(scores["ours"] - scores["gensim"]) <= 0.2, scores
+
+
+def test_train_skipgram_stops_with_an_error_when_it_diverges():
+    """Chapter 1's corpus at 4x the chapter's batch of 512: the summed updates of a frequent word
+    overshoot and the vectors become NaN within one epoch (measured: 640 trains, 768 diverges).
+    The call must say so, naming batch_size and lr, not return a table of NaN."""
+    from tinyformer.experiments import ch01
+
+    tokens = ch01.corpus(20_000).text.split()
+    with pytest.raises(FloatingPointError, match=r"diverged in epoch 1.*lower batch_size \(now 2048\) or lr"):
+        train_skipgram(tokens, dim=50, window=5, epochs=1, batch_size=2048, progress=False)

@@ -282,7 +282,7 @@ def train_skipgram(tokens, dim: int = 50, window: int = 5, negatives: int = 5,
     total = epochs * math.ceil(n_pairs / batch_size)
     bar = tqdm(total=total, desc="skip-gram", disable=not progress, mininterval=1)
     step, chunk = 0, 64 * batch_size
-    for _ in range(epochs):
+    for epoch in range(epochs):
         order = torch.randperm(n_pairs, generator=gen)
         for first in range(0, n_pairs, chunk):          # draw a chunk's pairs and noise at once
             idx = order[first:first + chunk]
@@ -301,6 +301,14 @@ def train_skipgram(tokens, dim: int = 50, window: int = 5, negatives: int = 5,
                                    g_out.reshape(-1, dim))
                 step += 1
                 bar.update()
+        # a batch's steps are summed, not averaged, so a frequent word takes many at once: too
+        # large a batch (or rate) overshoots and the vectors blow up. Say so rather than return NaN.
+        if not (torch.isfinite(W_in).all() and torch.isfinite(W_out).all()):
+            bar.close()
+            raise FloatingPointError(
+                f"skip-gram diverged in epoch {epoch + 1}: the vectors are no longer finite. Each "
+                f"batch's gradients are summed into the rows they belong to, so a frequent word "
+                f"takes many steps at once; lower batch_size (now {batch_size}) or lr (now {lr}).")
     bar.close()
     return WordVectors(list(vocab.words), W_in.clone()), model, vocab
 

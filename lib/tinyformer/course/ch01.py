@@ -111,6 +111,66 @@ GRAD_GENERIC = ("compute one pair's gradients with torch.autograd and compare th
                 "the context's coefficient wrong, or the negatives'? Start from d/dx of -log σ(x) and of "
                 "-log σ(-x), then the chain rule through each dot product.")
 
+GRAD_GO_WRONG_FACTOR = ("g_o is a multiple of u_o: the chain rule through x = u_o·v_c gives ∂x/∂u_o = v_c, so "
+                        "g_o = (σ(u_o·v_c) - 1) v_c, a multiple of v_c (and g_c, through ∂x/∂v_c = u_o, a "
+                        "multiple of u_o).")
+GRAD_GNEG_WRONG_FACTOR = ("g_neg is a multiple of u_neg: through x_j = u_j·v_c, ∂x_j/∂u_j = v_c, so each "
+                          "negative's gradient is σ(u_j·v_c) v_c, a multiple of v_c.")
+GRAD_NEG_LIKE_CONTEXT = ("the negatives got the context's coefficient σ(x_j) - 1: their loss term is "
+                         "-log σ(-x_j), not -log σ(x_j), and its derivative is +σ(x_j). A negative is pushed "
+                         "away, the context pulled closer.")
+GRAD_GC_NO_CONTEXT = ("g_c misses the context's term: v_c appears in the context's dot product too, so g_c = "
+                      "(σ(u_o·v_c) - 1) u_o + Σ_j σ(u_j·v_c) u_j.")
+GRAD_GC_CONTEXT_SIGN = ("g_o is right but g_c's context term has the wrong sign: both come from the same "
+                        "coefficient σ(u_o·v_c) - 1, times u_o for g_c and v_c for g_o.")
+GRAD_GNEG_OVER_K = ("g_neg is divided by k: the loss sums the k negatives' terms, so each negative's gradient is "
+                    "σ(u_j·v_c) v_c, with no 1/k.")
+
+
+def _diagnose_grads(cases, outputs, refs):
+    """Slips of the chain rule that touch one of the three gradients: which one, and how."""
+    def pieces(v_c, u_o, u_neg):
+        s_pos = torch.sigmoid((u_o * v_c).sum(-1, keepdim=True))                  # (B, 1)
+        s_neg = torch.sigmoid((u_neg * v_c.unsqueeze(1)).sum(-1, keepdim=True))   # (B, k, 1)
+        return s_pos, s_neg
+
+    def matches(item, make):
+        return all(isinstance(o, tuple) and len(o) == 3 and isinstance(o[item], torch.Tensor)
+                   and o[item].shape == r[item].shape and torch.allclose(o[item], make(*c), rtol=1e-9, atol=1e-12)
+                   for c, o, r in zip(cases, outputs, refs))
+
+    def right(item):
+        return matches(item, lambda v_c, u_o, u_neg: sgns_grads_reference(v_c, u_o, u_neg)[item])
+
+    def g_o_by_u(v_c, u_o, u_neg):
+        return (pieces(v_c, u_o, u_neg)[0] - 1) * u_o
+
+    def g_neg_by_u(v_c, u_o, u_neg):
+        return pieces(v_c, u_o, u_neg)[1] * u_neg
+
+    def g_neg_like_context(v_c, u_o, u_neg):
+        return (pieces(v_c, u_o, u_neg)[1] - 1) * v_c.unsqueeze(1)
+
+    def g_c_no_context(v_c, u_o, u_neg):
+        return (pieces(v_c, u_o, u_neg)[1] * u_neg).sum(1)
+
+    def g_c_context_flipped(v_c, u_o, u_neg):
+        s_pos, s_neg = pieces(v_c, u_o, u_neg)
+        return (1 - s_pos) * u_o + (s_neg * u_neg).sum(1)
+
+    def g_neg_over_k(v_c, u_o, u_neg):
+        return sgns_grads_reference(v_c, u_o, u_neg)[2] / u_neg.shape[1]
+
+    for item, make, hint in ((1, g_o_by_u, GRAD_GO_WRONG_FACTOR), (2, g_neg_by_u, GRAD_GNEG_WRONG_FACTOR),
+                             (2, g_neg_like_context, GRAD_NEG_LIKE_CONTEXT), (0, g_c_no_context, GRAD_GC_NO_CONTEXT),
+                             (2, g_neg_over_k, GRAD_GNEG_OVER_K)):
+        if matches(item, make):
+            return f"wrong output. Hint: {hint}"
+    if right(1) and right(2) and matches(0, g_c_context_flipped):
+        return f"wrong output. Hint: {GRAD_GC_CONTEXT_SIGN}"
+    return None
+
+
 register(Exercise(
     name="sgns_grads", number="1.2", function="sgns_grads", chapter=CHAPTER,
     args=("v_c", "u_o", "u_neg"),
@@ -136,6 +196,9 @@ register(Exercise(
         (_grads(gc_neg="mean both"), GRAD_MEAN_BOTH),
     ],
     error_hints=[(RuntimeError, r"size of tensor a \(\d+\) must match the size of tensor b", GRAD_BROADCAST)],
+    diagnose=safe_diagnosis(_diagnose_grads),
+    diagnose_hints=(GRAD_GO_WRONG_FACTOR, GRAD_GNEG_WRONG_FACTOR, GRAD_NEG_LIKE_CONTEXT, GRAD_GC_NO_CONTEXT,
+                    GRAD_GC_CONTEXT_SIGN, GRAD_GNEG_OVER_K),
     generic_hint=GRAD_GENERIC,
 ))
 
@@ -191,13 +254,61 @@ def _pair_codes(out, n_ids: int) -> torch.Tensor | None:
 
 
 def _pairs_agree(case, out, ref) -> bool:
+    if isinstance(out, tuple) and any(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+                                      for t in out):
+        return False   # ids index an embedding table: they must stay integers
     values = [case[0]] + [t for t in (out if isinstance(out, tuple) else ()) if isinstance(t, torch.Tensor)]
     top = max(int(t.max()) for t in values + list(ref) if t.numel()) + 1   # codes c·(top + 1) + o are unique
     a, b = _pair_codes(out, top), _pair_codes(ref, top)
     return a is not None and b is not None and torch.equal(a, b)
 
 
+def _pair_list(ids, window, *, lo, hi):
+    """Pairs (ids[i], ids[j]) for j in range(lo(i, n), hi(i, n)), j != i: a loop as learners write it."""
+    n, centres, contexts = len(ids), [], []
+    for i in range(n):
+        for j in range(lo(i, n), hi(i, n)):
+            if j != i:
+                centres.append(int(ids[i]))
+                contexts.append(int(ids[j]))
+    return torch.tensor(centres, dtype=torch.long), torch.tensor(contexts, dtype=torch.long)
+
+
+def _unique_pairs(ids, window):
+    ref = E.skipgram_pairs(ids, window)
+    unique = sorted(set(zip(ref[0].tolist(), ref[1].tolist())))
+    return tuple(torch.tensor(side, dtype=torch.long) for side in zip(*unique)) if unique else ref
+
+
+def _one_side_twice(ids, window, flip):
+    one = _pairs(one_side=True)(ids, window)
+    c, o = (one[1], one[0]) if flip else one
+    return torch.cat([c, c]), torch.cat([o, o])
+
+
+def _end_clipped(ids, window):
+    return _pair_list(ids, window, lo=lambda i, n: max(0, i - window), hi=lambda i, n: min(n - 1, i + window))
+
+
+def _pair_slip(cases, outputs) -> str | None:
+    """A named slip that explains every case's multiset of pairs: pairs made unique, one side listed
+    twice, the end of the range clipped at n - 1."""
+    def explains(make) -> bool:
+        return all(_pairs_agree(case, out, make(*case)) for case, out in zip(cases, outputs))
+
+    if explains(_unique_pairs):
+        return PAIRS_UNIQUE
+    if any(explains(lambda ids, w, flip=flip: _one_side_twice(ids, w, flip)) for flip in (False, True)):
+        return PAIRS_ONE_SIDE_TWICE
+    if explains(_end_clipped):
+        return PAIRS_CLIPPED_END
+    return None
+
+
 def _diagnose_pairs(cases, outputs, refs):
+    slip = _pair_slip(cases, outputs)
+    if slip:
+        return f"wrong output. Hint: {slip}"
     for (ids, window), out, ref in zip(cases, outputs, refs):
         if _pairs_agree((ids, window), out, ref):
             continue
@@ -234,13 +345,20 @@ PAIRS_WRAP_LEFT = ("negative indices wrap around in Python: ids[-1] is the LAST 
                    "paired with the end of the stream. Check 0 <= j as well as j < len(ids).")
 PAIRS_ASYMMETRIC = ("your window is lopsided: range(i - window, i + window) stops one short on the right. The "
                     "context runs from i - window to i + window inclusive: range(i - window, i + window + 1).")
+PAIRS_UNIQUE = ("you kept each distinct (centre, context) pair once (a set, or torch.unique): a pair that occurs "
+                "twice in the stream is two training examples, and the counts are what skip-gram learns from.")
+PAIRS_ONE_SIDE_TWICE = ("you listed the pairs of one side twice and the other side's not at all (a copy-paste "
+                        "slip?): for each distance d the two halves are (ids[:-d], ids[d:]) and (ids[d:], "
+                        "ids[:-d]).")
+PAIRS_CLIPPED_END = ("the end of your range is clipped at n - 1 and exclusive: the last word is never a context and "
+                     "the right side stops one short. Use range(max(0, i - window), min(n, i + window + 1)).")
 PAIRS_GENERIC = ("for every position i and every j with 1 <= |i - j| <= window and 0 <= j < len(ids), one pair "
                  "(ids[i], ids[j]).")
 
 register(Exercise(
     name="context_pairs", number="1.3", function="context_pairs", chapter=CHAPTER,
     args=("ids", "window"),
-    library_answers=("tinyformer.embeddings.skipgram_pairs",),
+    library_answers=("tinyformer.embeddings.skipgram_pairs", "tinyformer.embeddings.cooccurrence"),
     make_cases=_pair_cases, reference=context_pairs_reference,
     returns="a tuple (centres, contexts) of two 1-D integer tensors, in any order of the pairs",
     item_names=("centres", "contexts"), check_shapes=False, exact_dtype=False,
@@ -257,5 +375,7 @@ register(Exercise(
     ],
     mistakes_by_compare=True,   # the pairs may come in any order: a slip is recognised in any order too
     error_hints=[(ValueError, r"expected a non-empty list of Tensors", PAIRS_EMPTY)],   # torch.cat([])
-    diagnose=safe_diagnosis(_diagnose_pairs), generic_hint=PAIRS_GENERIC,
+    diagnose=safe_diagnosis(_diagnose_pairs),
+    diagnose_hints=(PAIRS_UNIQUE, PAIRS_ONE_SIDE_TWICE, PAIRS_CLIPPED_END),
+    generic_hint=PAIRS_GENERIC,
 ))

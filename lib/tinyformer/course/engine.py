@@ -478,6 +478,9 @@ def _read_tensor(out, ref: torch.Tensor, ex: Exercise, what: str | None, said: s
     if not ex.exact_dtype:
         if out.dtype == torch.bool or out.dtype.is_complex:
             raise _Unfit(f"{subject} dtype {out.dtype}; return real numbers")
+        if out.is_floating_point() and not ref.is_floating_point() and ref.dtype != torch.bool:
+            raise _Unfit(f"{subject} dtype {out.dtype}; return an integer tensor (like {ref.dtype}): ids and "
+                         f"counts are whole numbers, and a float tensor cannot index a table")
         out = out.to(ref.dtype)
     return out
 
