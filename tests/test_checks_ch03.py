@@ -226,7 +226,7 @@ def learner_pre(x, attn, ffn, ln_1, ln_2, slip):
     elif slip == "ffn_reads_x":                                 # the FFN reads the old name
         h = x + attn(ln_1(x))
         x = h + ffn(ln_2(x))
-    elif slip == "ffn_no_residual":                             # an unregistered slip
+    elif slip == "ffn_no_residual":                             # a registered slip since the second edition
         x = x + attn(ln_1(x))
         x = ffn(ln_2(x))
     elif slip == "no_norms":                                    # an unregistered slip
@@ -298,6 +298,33 @@ def learner_parallel(x, attn, ffn, ln_1, ln_2, slip):
     if slip == "no_norms":                                      # an unregistered slip
         return x + attn(x) + ffn(x)
     raise AssertionError(slip)
+
+
+def block_with(**forms):
+    """A learner's block_forward, right but for the placements given as functions of (x, attn, ffn, ln_1, ln_2)."""
+    def block_forward(x, attn, ffn, ln_1, ln_2, norm):
+        if norm in forms:
+            return forms[norm](x, attn, ffn, ln_1, ln_2)
+        return learner_block()(x, attn, ffn, ln_1, ln_2, norm)
+    return block_forward
+
+
+def ln_global_mean(x, gain, bias, eps=1e-5):
+    centred = x - x.mean()                                   # one mean for the whole tensor
+    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * gain + bias
+
+
+def ln_by_first_axis(x, gain, bias, eps=1e-5):
+    n = x.shape[0]                                           # meant: the number of features
+    mean = x.sum(-1, keepdim=True) / n
+    var = ((x - mean) ** 2).sum(-1, keepdim=True) / n
+    return (x - mean) / torch.sqrt(var + eps) * gain + bias
+
+
+def ln_root_eps(x, gain, bias, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    std = ((x - mean) ** 2).mean(-1, keepdim=True).sqrt()
+    return (x - mean) / (std + math.sqrt(eps)) * gain + bias
 
 
 def block_gpt_j(x, attn, ffn, ln_1, ln_2, norm):
@@ -519,6 +546,10 @@ WRONG = [
     ("layer_norm", ln_uncentred_variance, "the mean of x², not of (x - mean)²"),
     ("layer_norm", ln_eps_squared, "you added eps²"),
     ("layer_norm", ln_dim_2, "use dim=-1, the last axis"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: learner_ln()(x, bias, gain, eps), "gain and bias are swapped"),
+    ("layer_norm", ln_global_mean, "one mean of the whole tensor"),
+    ("layer_norm", ln_by_first_axis, "the size of the FIRST axis"),
+    ("layer_norm", ln_root_eps, "sqrt(var) + sqrt(eps)"),
     ("absolute_value_ffn", ffn_returning(t([[1, -1], [0, 0]]), ZERO_2, t([[1, 1], [-1, 1]]), ZERO_2),
      "The FFN must return the CHANGE"),
     ("absolute_value_ffn", ffn_returning(t([[1, 0], [0, 0]]), ZERO_2, t([[0, 1], [0, 0]]), ZERO_2),
@@ -538,6 +569,8 @@ WRONG = [
     ("absolute_value_ffn", lambda: (RIGHT_W_1, RIGHT_W_2), "returned a tuple of 2 items; return a tuple (W_1,"),
     ("absolute_value_ffn", ffn_returning(RIGHT_W_1 > 0, ZERO_2, RIGHT_W_2, ZERO_2), "return real numbers"),
     ("absolute_value_ffn", ffn_returning(RIGHT_W_1, ZERO_2, RIGHT_W_2, None), "b_2 is None"),
+    ("absolute_value_ffn", ffn_returning(RIGHT_W_1.long(), ZERO_2.long(), RIGHT_W_2.long(), ZERO_2.long()),
+     "W_1 has dtype torch.int64, integers"),
     ("block_forward", learner_block(pre="post_formula"), "for norm='pre' you computed the post-norm block"),
     ("block_forward", learner_block(pre="parallel_formula"), "for norm='pre' you computed the parallel block"),
     ("block_forward", learner_block(pre="normed_stream"), "replaced the stream by its normalised version"),
@@ -564,6 +597,16 @@ WRONG = [
     ("block_forward", block_no_else, "returned x unchanged"),
     ("block_forward", learner_block(parallel="ln_1_twice"), "That is GPT-J's and PaLM's parallel block"),
     ("block_forward", block_gpt_j, "That is GPT-J's and PaLM's parallel block"),
+    ("block_forward", block_with(pre=lambda x, a, f, l1, l2: (lambda h: h + f(h))(x + a(l1(x)))),
+     "for norm='pre', the FFN read the stream itself"),
+    ("block_forward", block_with(pre=lambda x, a, f, l1, l2: (lambda h: l2(h + f(l2(h))))(x + a(l1(x)))),
+     "your block normalised its output with ln_2"),
+    ("block_forward", block_with(post=lambda x, a, f, l1, l2: (lambda h: l2(h) + f(l2(h)))(l1(x + a(x)))),
+     "ln_2 went on the FFN's input"),
+    ("block_forward", block_with(post=lambda x, a, f, l1, l2: (lambda h: l2(h + f(l2(h))))(l1(x + a(l1(x))))),
+     "as well as the sum"),
+    ("block_forward", block_with(parallel=lambda x, a, f, l1, l2: x + (a(l1(x)) + f(l2(x))) / 2),
+     "the two writes were averaged"),
     ("block_forward", learner_block(parallel="lns_swapped"), "attention reads ln_1(x), the FFN ln_2(x)"),
     ("block_forward", learner_block(parallel="sublayers_swapped"), "attention reads ln_1(x), the FFN ln_2(x)"),
     ("block_forward", learner_block(parallel="residual_twice"), "x was added twice"),
@@ -595,7 +638,8 @@ WRONG = [
     ("block_forward", learner_block(post="no_ln_2", parallel="residual_twice"),
      "wrong output for norm='post' and norm='parallel' (norm='pre' is right). Hint: for norm='post', ln_2 is "
      "missing at the end"),
-    ("block_forward", learner_block(pre="ffn_no_residual"),
+    ("block_forward", learner_block(pre="ffn_no_residual"), "the FFN's output replaced the stream"),
+    ("block_forward", learner_block(pre="no_norms"),
      "wrong output for norm='pre' (norm='post' and norm='parallel' are right). Hint: pre-norm normalises"),
     ("block_forward", learner_block(post="no_norms"), "Hint: post-norm adds first and normalises the sum"),
     ("block_forward", learner_block(parallel="no_norms"), "Hint: the parallel block feeds the block's input x"),
@@ -608,6 +652,12 @@ WRONG = [
     ("block_forward", lambda x, *parts: (learner_block()(x, *parts), x), "return only the block's output"),
     ("block_params", counting(attn_bias=False, ffn_bias=False), "the biases are missing"),
     ("block_params", counting(norms=0), "either the two layer norms"),
+    ("block_params", lambda d, H, f: 4 * d * d + 3 * d + 2 * d * f + f + d + 4 * d, "you are d_model short"),
+    ("block_params", lambda d, H, f: 4 * d * d + 4 * d + 2 * d * f + f + 4 * d, "you are d_model short"),
+    ("block_params", lambda d, H, f: 4 * d * d + 4 * d + 2 * d * f + 2 * f + 4 * d, "b_2 has d_model numbers"),
+    ("block_params", lambda d, H, f: 3 * d * d + 4 * d + 2 * d * f + f + d + 4 * d, "you are d_model² short"),
+    ("block_params", lambda d, H, f: 4 * d * (d // H) + 4 * d + 2 * d * f + f + d + 4 * d,
+     "each projection as (d_model, d_head)"),
     ("block_params", counting(attn_bias=False), "either the two layer norms"),
     ("block_params", counting(ffn_bias=False), "the feed-forward network's biases are missing"),
     ("block_params", counting(norms=3), "you counted three layer norms"),
@@ -638,6 +688,16 @@ WRONG = [
     ("rms_norm", rms_by_std(unbiased=True, eps_inside=False), "you divided by the standard deviation"),
     ("rms_norm", rms_by_std(unbiased=False, eps_inside=True), "you divided by the standard deviation"),
     ("rms_norm", rms_llama, "LLaMA's x.float()"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x * torch.rsqrt((x ** 2).mean(-1, keepdim=True) + eps * eps) * gain,
+     "you added eps² inside the root"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x / torch.sqrt((x ** 2).mean() + eps) * gain,
+     "one mean square of the whole tensor"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x / torch.sqrt((x ** 2).sum(-1, keepdim=True) / (x.shape[-1] - 1) + eps)
+     * gain, "divided the sum of squares by d - 1"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x / torch.sqrt((x ** 2).mean(-1, keepdim=True)) * gain + eps,
+     "a misplaced bracket"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x / torch.sqrt((x ** 2).mean(2, keepdim=True) + eps) * gain,
+     "use dim=-1, the last axis"),
 ]
 
 
@@ -1006,6 +1066,27 @@ LIBRARY_ANSWERS = [   # (exercise, a learner's answer that calls the library, th
         def rms_norm(x, gain, eps=1e-6):
             return F.rms_norm(x, (x.shape[-1],), gain, eps)
         """, "torch.nn.functional.rms_norm"),
+    ("layer_norm", """
+        import torch
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            return torch.native_layer_norm(x, (x.shape[-1],), gain, bias, eps)[0]
+        """, "torch.native_layer_norm"),
+    ("layer_norm", """
+        import torch.nn.functional as F
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            d = x.shape[-1]
+            return F.group_norm(x.reshape(-1, d), 1, gain, bias, eps).reshape(x.shape)
+        """, "group_norm"),
+    ("block_params", """
+        import torch
+
+        def block_params(d_model, n_heads, d_ff):
+            with torch.device("meta"):
+                layer = torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff)
+            return sum(p.numel() for p in layer.parameters())
+        """, "torch.nn.TransformerEncoderLayer"),
 ]
 
 

@@ -86,6 +86,25 @@ def _ln_uncentred_var(x, gain, bias, eps=1e-5):
     return (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain + bias
 
 
+def _ln_swapped_affine(x, gain, bias, eps=1e-5):
+    return _ln()(x, bias, gain, eps)
+
+
+def _ln_global_mean(x, gain, bias, eps=1e-5):
+    c = x - x.mean()
+    return c / torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True) + eps) * gain + bias
+
+
+def _ln_first_axis_count(x, gain, bias, eps=1e-5):
+    c = x - x.sum(dim=-1, keepdim=True) / x.shape[0]
+    return c / torch.sqrt(c.pow(2).sum(dim=-1, keepdim=True) / x.shape[0] + eps) * gain + bias
+
+
+def _ln_root_eps(x, gain, bias, eps=1e-5):
+    c = x - x.mean(dim=-1, keepdim=True)
+    return c / (torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True)) + eps ** 0.5) * gain + bias
+
+
 def _ln_eps_squared(x, gain, bias, eps=1e-5):
     c = x - x.mean(dim=-1, keepdim=True)
     return c / torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True) + eps ** 2) * gain + bias
@@ -135,6 +154,9 @@ register(Exercise(
         "torch.nn.functional.layer_norm",
         "torch.nn.LayerNorm",
         "torch.layer_norm",
+        "torch.native_layer_norm",
+        "torch.nn.functional.group_norm",   # one group: layer norm under another name
+        "torch.group_norm",
     ),
     make_cases=_layer_norm_cases,
     reference=lambda x, gain, bias, eps=1e-5: F.layer_norm(x, (x.shape[-1],), gain, bias, eps),
@@ -175,6 +197,14 @@ register(Exercise(
                             "var = ((x - mean)²).mean(dim=-1, keepdim=True)."),
         (_ln_eps_squared, "you added eps² (or the square of something) inside the root: layer norm divides by "
                           "sqrt(var + eps), eps itself."),
+        (_ln_swapped_affine, "gain and bias are swapped: the gain multiplies and the bias adds, "
+                             "x_hat * gain + bias."),
+        (_ln_global_mean, "you subtracted one mean of the whole tensor (x.mean()): each token has its own, "
+                          "x.mean(dim=-1, keepdim=True)."),
+        (_ln_first_axis_count, "you divided the sums by x.shape[0], the size of the FIRST axis: the statistics "
+                               "run over the last axis, d = x.shape[-1] numbers (or use .mean(dim=-1))."),
+        (_ln_root_eps, "you divided by sqrt(var) + sqrt(eps): eps goes inside ONE square root, "
+                       "sqrt(var + eps), which is smaller than sqrt(var) + sqrt(eps)."),
     ],
     error_hints=[(RuntimeError, r"must match the size of tensor b", LN_KEEPDIM),
                  (IndexError, r"Dimension out of range",
@@ -275,6 +305,7 @@ register(Exercise(
     make_cases=lambda g: [()], reference=absolute_value_reference,
     returns="a tuple (W_1, b_1, W_2, b_2) with W_1 (2, d_ff), b_1 (d_ff,), W_2 (d_ff, 2), b_2 (2,)",
     item_names=("W_1", "b_1", "W_2", "b_2"), exact_dtype=False, accept_lists=True, check_shapes=False,
+    integers_for_floats=False,     # x @ W_1 with float x raises for an integer W_1
     compare=_abs_ok, diagnose=_diagnose_abs,
     diagnose_hints=(ABS_NO_RESIDUAL, ABS_RELU_ONLY, ABS_SIGN, ABS_TRANSPOSED, ABS_FEATURE0, ABS_NONFINITE),
     generic_hint="write the hidden units relu(a) and relu(-a) (columns of W_1), then add both into feature 1 "
@@ -371,9 +402,10 @@ def _compute(form: str, x, attn, ffn, ln_1, ln_2):
         return norm_2(h + second(h))
     if placement == "parallel":
         norm_1, norm_2 = {"": (ln_1, ln_2), "ln_1_twice": (ln_1, ln_1), "lns_swapped": (ln_2, ln_1),
-                          "no_residual": (ln_1, ln_2), "residual_twice": (ln_1, ln_2)}[slip]
+                          "no_residual": (ln_1, ln_2), "residual_twice": (ln_1, ln_2), "averaged": (ln_1, ln_2)}[slip]
         update = attn(norm_1(x)) + ffn(norm_2(x))
-        return {"no_residual": update, "residual_twice": 2 * x + update}.get(slip, x + update)
+        return {"no_residual": update, "residual_twice": 2 * x + update,
+                "averaged": x + update / 2}.get(slip, x + update)
     if form == "pre/normed_stream":                      # x = ln_1(x); x = x + attn(x); ...
         h = ln_1(x)
         h = h + attn(h)
@@ -391,6 +423,20 @@ def _compute(form: str, x, attn, ffn, ln_1, ln_2):
     if form == "post/no_ln_2":                           # h = ln_1(x + attn(x)); h + ffn(h)
         h = ln_1(x + attn(x))
         return h + ffn(h)
+    if form == "pre/ffn_no_norm":                        # the FFN reads the stream without ln_2
+        h = x + attn(ln_1(x))
+        return h + ffn(h)
+    if form == "pre/ffn_no_residual":                    # the second residual dropped
+        return ffn(ln_2(x + attn(ln_1(x))))
+    if form == "pre/final_norm":                         # an extra norm on the block's output
+        h = x + attn(ln_1(x))
+        return ln_2(h + ffn(ln_2(h)))
+    if form == "post/normed_input":                      # ln_2(h) + ffn(ln_2(h))
+        h = ln_1(x + attn(x))
+        return ln_2(h) + ffn(ln_2(h))
+    if form == "post/sandwich":                          # norms before AND after: ln(x + attn(ln(x)))
+        h = ln_1(x + attn(ln_1(x)))
+        return ln_2(h + ffn(ln_2(h)))
     raise ValueError(f"form must be a known block or slip, got {form!r}")
 
 
@@ -425,6 +471,12 @@ BLOCK_SLIPS = {
                       "x = x + ffn(ln_2(x))."),
         ("ffn_first_ln_1", "for norm='pre', the FFN came first and took ln_1: attention reads the stream first, "
                            "through ln_1; the FFN second, through ln_2."),
+        ("ffn_no_norm", "for norm='pre', the FFN read the stream itself: it reads a normalised copy too, "
+                        "x = x + ffn(ln_2(x)), as attention reads ln_1(x)."),
+        ("ffn_no_residual", "for norm='pre', the FFN's output replaced the stream: it is ADDED, "
+                            "x = x + ffn(ln_2(x)), like attention's."),
+        ("final_norm", "for norm='pre', your block normalised its output with ln_2: a pre-norm block returns the "
+                       "raw stream, x + ffn(ln_2(x)); only the stack's final ln_f normalises the top."),
     ],
     "post": [
         ("pre", "for norm='post' you computed the pre-norm block: the `norm` argument is not used (or the post "
@@ -445,6 +497,10 @@ BLOCK_SLIPS = {
                         "h = ln_1(x + attn(x)), then ln_2(h + ffn(h)), the FFN reading h."),
         ("no_ln_2", "for norm='post', ln_2 is missing at the end: post-norm normalises the second sum too, "
                     "ln_2(h + ffn(h)) with h = ln_1(x + attn(x))."),
+        ("normed_input", "for norm='post', ln_2 went on the FFN's input, ln_2(h) + ffn(ln_2(h)): post-norm adds "
+                         "first and normalises the sum, ln_2(h + ffn(h))."),
+        ("sandwich", "for norm='post', you normalised each sublayer's input as well as the sum: post-norm "
+                     "sublayers read the raw stream, ln_1(x + attn(x)), not attn(ln_1(x))."),
     ],
     "parallel": [
         ("pre", "for norm='parallel' you computed the sequential pre-norm block: in the parallel block (GPT-NeoX's) "
@@ -463,6 +519,8 @@ BLOCK_SLIPS = {
                            "the block adds its input once, x + attn(ln_1(x)) + ffn(ln_2(x))."),
         ("no_residual", "for norm='parallel' the residual is missing: add the block's input x to both sublayers' "
                         "outputs, x + attn(ln_1(x)) + ffn(ln_2(x))."),
+        ("averaged", "for norm='parallel', the two writes were averaged: both are ADDED in full, "
+                     "x + attn(ln_1(x)) + ffn(ln_2(x)), as in every block."),
     ],
 }
 
@@ -603,7 +661,8 @@ def _diagnose_params(cases, outputs, refs):
 
 register(Exercise(
     name="block_params", number="3.4", function="block_params", chapter=CHAPTER, args=("d_model", "n_heads", "d_ff"),
-    library_answers=("tinyformer.blocks.block_param_count", "tinyformer.blocks.TransformerBlock"),
+    library_answers=("tinyformer.blocks.block_param_count", "tinyformer.blocks.TransformerBlock",
+                     "torch.nn.TransformerEncoderLayer"),
     make_cases=_params_cases, reference=block_params_reference, returns="the parameter count, an int",
     rtol=0.0, atol=0.0, compare=lambda case, out, ref: type(out) is int and out == ref,
     mistakes=[
@@ -635,6 +694,17 @@ register(Exercise(
                                                       "(d_model, d_ff) and W_2 (d_ff, d_model): you counted one."),
         (lambda d, H, f: _count(d, H, f, n_proj=3), "attention has four projections: W_O (and its bias) is "
                                                     "missing."),
+        (lambda d, H, f: _count(d, H, f) - d,
+         "you are d_model short: one bias of width d_model is missing. Attention's W_O has one (as W_Q, W_K, W_V "
+         "do), and so has the FFN's W_2 (b_2): count 4·d_model + d_ff + d_model biases in all."),
+        (lambda d, H, f: _count(d, H, f) - d + f,
+         "b_2 has d_model numbers, not d_ff: it is added to the FFN's OUTPUT, of width d_model."),
+        (lambda d, H, f: _count(d, H, f) - d * d,
+         "you are d_model² short: one of the four (d_model, d_model) projection matrices is missing (W_O, "
+         "the output projection, is the one usually forgotten)."),
+        (lambda d, H, f: _count(d, H, f) - 4 * d * d + 4 * d * (d // H),
+         "you counted each projection as (d_model, d_head): W_Q, W_K, W_V and W_O are (d_model, d_model), "
+         "holding all n_heads heads' columns."),
     ],
     diagnose=_diagnose_params, diagnose_hints=(BP_FLOAT,),
     generic_hint="list every parameter tensor of the block with its shape and add their sizes.",
@@ -716,6 +786,16 @@ register(Exercise(
         (_rms(total=True), "you divided by the vector's length, sqrt(sum(x²)); RMS norm takes the MEAN of the "
                            "squares, so your output is √d times too small: divide by sqrt(mean(x²) + eps)."),
         (_rms(root=False), "you divided by the mean square; divide by its square root, sqrt(mean(x²) + eps)."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps ** 2) * g,
+         "you added eps² inside the root: RMS norm divides by sqrt(mean(x²) + eps), eps itself."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean() + eps) * g,
+         "you took one mean square of the whole tensor: each token has its own, x.pow(2).mean(dim=-1, "
+         "keepdim=True)."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1) + eps) * g,
+         "you divided the sum of squares by d - 1: the mean square divides by d, x.pow(2).mean(dim=-1)."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) * g + eps,
+         "eps was added to the output (x / sqrt(...) * gain + eps, a misplaced bracket): it goes inside the "
+         "root, x / sqrt(mean(x²) + eps) * gain."),
         (_rms(total=True, eps_inside=False),
          "you divided by the vector's length plus eps, ||x|| + eps: RMS norm takes the MEAN of the squares (the "
          "length is √d times larger) with eps inside the root: x / sqrt(mean(x²) + eps)."),
@@ -725,7 +805,10 @@ register(Exercise(
     ],
     error_hints=[(RuntimeError, r"must match the size of tensor b",
                   "the mean of the squares over the last axis dropped that axis, so it no longer lines up with "
-                  "x: pass keepdim=True (x.pow(2).mean(dim=-1, keepdim=True)).")],
+                  "x: pass keepdim=True (x.pow(2).mean(dim=-1, keepdim=True))."),
+                 (IndexError, r"Dimension out of range",
+                  "you named an axis by its number (dim=2, say), which exists only for 3-D inputs; x may have "
+                  "any number of leading axes: use dim=-1, the last axis.")],
     diagnose=_diagnose_rms, diagnose_hints=(RMS_ABS, RMS_FLOAT32, RMS_STD),
     generic_hint="x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain; compare with "
                  "torch.nn.functional.rms_norm(x, (d,), gain, eps) on a small input.",

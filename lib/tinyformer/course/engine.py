@@ -118,6 +118,8 @@ class Exercise:
     error_hints: list[tuple[type | str, str, str]] = field(default_factory=list)  # (type, regex, hint)
     generic_hint: str = ""
     exact_dtype: bool = True       # tensors must have the reference's dtype (else: any real dtype)
+    integers_for_floats: bool = True   # with exact_dtype False: may integer tensors stand for floats? (False
+                                   # where they would break the reader's own code, a matmul with floats)
     accept_lists: bool = False     # nested lists of numbers are accepted where tensors are expected
     rtol: float = 1e-9
     atol: float = 1e-12
@@ -459,6 +461,7 @@ def _read(out, ref, ex: Exercise, what: str | None = None):
 
 
 def _read_tensor(out, ref: torch.Tensor, ex: Exercise, what: str | None, said: str) -> torch.Tensor:
+    made_by_reader = isinstance(out, torch.Tensor)    # not a list of numbers (where 1 means 1.0)
     if isinstance(out, list) and ex.accept_lists:
         out = _list_to_tensor(out, what or "the result")
     if isinstance(out, dict) and isinstance(out.get("values"), torch.Tensor) and ex.accept_lists:
@@ -481,6 +484,11 @@ def _read_tensor(out, ref: torch.Tensor, ex: Exercise, what: str | None, said: s
         if out.is_floating_point() and not ref.is_floating_point() and ref.dtype != torch.bool:
             raise _Unfit(f"{subject} dtype {out.dtype}; return an integer tensor (like {ref.dtype}): ids and "
                          f"counts are whole numbers, and a float tensor cannot index a table")
+        if (made_by_reader and not ex.integers_for_floats and ref.is_floating_point()
+                and not out.is_floating_point()):
+            raise _Unfit(f"{subject} dtype {out.dtype}, integers; return floating-point numbers: a matrix "
+                         f"product of float inputs with an integer tensor raises in torch (write 1.0, not 1, "
+                         f"or pass dtype=torch.float32)")
         out = out.to(ref.dtype)
     return out
 
