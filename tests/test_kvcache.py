@@ -173,6 +173,48 @@ def test_weights_changed_between_sequences_are_picked_up():
         torch.testing.assert_close(model(idx, cache=cache), model(idx), atol=1e-5, rtol=0)
 
 
+def test_weights_changed_mid_sequence_are_picked_up_at_the_next_step():
+    """The stacked copy is keyed by the weights' versions: an in-place change after a step (an optimizer
+    step, load_state_dict) is used by the next step's projections, not the stale copy."""
+    torch.manual_seed(21)
+    attn = MultiHeadAttention(16, 2)
+    cache = LayerCache(torch.zeros(1, 2, 10, 8), torch.zeros(1, 2, 10, 8))
+    x = torch.randn(1, 3, 16, generator=torch.Generator().manual_seed(22))
+    with torch.no_grad():
+        attn(x[:, :1], cache=cache)                      # the stacked copy is made and kept
+        attn.q_proj.weight.add_(0.5)                     # changed in place
+        attn.v_proj.load_state_dict({"weight": 2 * attn.v_proj.weight, "bias": attn.v_proj.bias})
+        q, k, v = cache._project(attn, x[:, 1:2], 1)
+        for got, lin in zip((q, k, v), (attn.q_proj, attn.k_proj, attn.v_proj)):
+            torch.testing.assert_close(got, lin(x[:, 1:2]).view(1, 1, 2, 8).transpose(1, 2))
+
+
+class _Wrapped(torch.nn.Module):
+    """A projection with an extra low-rank term, as chapter 9's LoRA wraps one: no .weight of its own."""
+
+    def __init__(self, base, rank=2):
+        super().__init__()
+        self.base = base
+        self.A = torch.nn.Parameter(torch.randn(base.in_features, rank) * 0.5)
+        self.B = torch.nn.Parameter(torch.randn(rank, base.out_features) * 0.5)
+
+    def forward(self, x):
+        return self.base(x) + x @ self.A @ self.B
+
+
+def test_a_wrapped_projection_is_called_not_bypassed():
+    """Cached decoding through a layer whose q/k/v projections are wrapped equals the uncached layer."""
+    torch.manual_seed(23)
+    attn = MultiHeadAttention(16, 2)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        setattr(attn, name, _Wrapped(getattr(attn, name)))
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(24))
+    cache = LayerCache(torch.zeros(2, 2, 8, 8), torch.zeros(2, 2, 8, 8))
+    with torch.no_grad():
+        steps = torch.cat([attn(x[:, i:i + 1], cache=cache) for i in range(5)], dim=1)
+        torch.testing.assert_close(steps, attn(x), atol=1e-5, rtol=0)
+
+
 # --- grouped-query attention ----------------------------------------------------------------------
 
 def test_grouped_query_attention_equals_attention_with_repeated_key_value_weights():

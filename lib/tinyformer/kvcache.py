@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from tinyformer.attention import causal_mask, scaled_dot_product_attention
@@ -104,27 +105,35 @@ class LayerCache:
         return (out, weights) if return_weights else out
 
     def _project(self, attn, x: torch.Tensor, start: int):
-        """``q_proj``, ``k_proj`` and ``v_proj`` of ``x`` ``(B, T, d_model)``
-        as one matrix product, split into heads: one kernel instead of
-        three, because at one token per step a call costs more than its
-        arithmetic.
+        """``q_proj``, ``k_proj`` and ``v_proj`` of ``x`` ``(B, T, d_model)``,
+        split into heads: ``(B, H, T, d)``, ``(B, H_kv, T, d)`` twice.
 
-        The three weights are stacked into one matrix kept beside the layer
-        (a copy of them: memory traded for speed), rebuilt when a sequence
-        starts (``start == 0``: a cache is only valid while the weights stay
-        as they were anyway). With gradients on they are stacked afresh at
-        every call and not kept, so that gradients reach the weights."""
-        stacked = attn.__dict__.get("_stacked_qkv")
-        if start == 0 or stacked is None or torch.is_grad_enabled():
-            lins = (attn.q_proj, attn.k_proj, attn.v_proj)
+        When the three are plain ``nn.Linear`` layers, as one matrix product:
+        one kernel instead of three, because at one token per step a call
+        costs more than its arithmetic. The stacked weights are a copy kept
+        beside the layer (memory traded for speed), keyed by each weight's
+        storage and version counter, so any change of the weights (an
+        optimizer step, ``load_state_dict``, an in-place edit) rebuilds it.
+        With gradients on it is stacked afresh and not kept, so that
+        gradients reach the weights. Any other module (a wrapped layer, such
+        as chapter 9's LoRA) is called as it is."""
+        lins = (attn.q_proj, attn.k_proj, attn.v_proj)
+        B, T, _ = x.shape
+        if not all(type(lin) is nn.Linear for lin in lins):
+            return tuple(lin(x).view(B, T, -1, attn.d_head).transpose(1, 2)
+                         for lin in lins)
+        params = [p for lin in lins for p in (lin.weight, lin.bias)
+                  if p is not None]
+        key = tuple((id(p), p.data_ptr(), p._version) for p in params)
+        kept = attn.__dict__.get("_stacked_qkv")
+        if torch.is_grad_enabled() or kept is None or kept[0] != key:
             W = torch.cat([lin.weight for lin in lins])  # (d_model+2·d_kv, ·)
             b = (None if attn.q_proj.bias is None
                  else torch.cat([lin.bias for lin in lins]))
-            stacked = (W, b)
+            kept = (key, (W, b))
             if not torch.is_grad_enabled():
-                attn.__dict__["_stacked_qkv"] = stacked
-        B, T, _ = x.shape
-        qkv = F.linear(x, *stacked)                 # (B, T, d_model + 2·d_kv)
+                attn.__dict__["_stacked_qkv"] = kept
+        qkv = F.linear(x, *kept[1])                 # (B, T, d_model + 2·d_kv)
         qkv = qkv.view(B, T, -1, attn.d_head).transpose(1, 2)
         return qkv.split((attn.n_heads, attn.n_kv_heads, attn.n_kv_heads),
                          dim=1)
