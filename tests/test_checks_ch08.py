@@ -183,6 +183,62 @@ def attend_float32(q, k_new, v_new, k_cache, v_cache):
     return out.double(), k.double(), v.double()
 
 
+def _step(q, k_new, v_new, k_cache, v_cache):
+    """What every learner below shares: the appended keys and values, the scaled scores."""
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    return k_all, v_all, q @ k_all.transpose(2, 3) / math.sqrt(q.shape[3])
+
+
+def attend_causal_for_chunks(q, k_new, v_new, k_cache, v_cache):
+    """is_causal for chunks only: right for one new query, top-left for a chunk after a cache."""
+    k_all, v_all, _ = _step(q, k_new, v_new, k_cache, v_cache)
+    return F.scaled_dot_product_attention(q, k_all, v_all, is_causal=q.shape[2] > 1), k_all, v_all
+
+
+def attend_tril_for_chunks(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all, scores = _step(q, k_new, v_new, k_cache, v_cache)
+    T, S = q.shape[2], k_all.shape[2]
+    if T > 1:
+        scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), -math.inf)
+    return scores.softmax(-1) @ v_all, k_all, v_all
+
+
+def attend_diagonal_t_minus_one(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all, scores = _step(q, k_new, v_new, k_cache, v_cache)
+    T, S = q.shape[2], k_all.shape[2]
+    scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(T - 1), -math.inf)
+    return scores.softmax(-1) @ v_all, k_all, v_all
+
+
+def attend_scaled_after_softmax(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all, scores = _step(q, k_new, v_new, k_cache, v_cache)
+    T, S = q.shape[2], k_all.shape[2]
+    scores = scores * math.sqrt(q.shape[3])                    # unscaled again: the 1/√d comes later
+    weights = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(S - T), -math.inf).softmax(-1)
+    return weights / math.sqrt(q.shape[3]) @ v_all, k_all, v_all
+
+
+def attend_masked_after_softmax(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all, scores = _step(q, k_new, v_new, k_cache, v_cache)
+    T, S = q.shape[2], k_all.shape[2]
+    weights = scores.softmax(-1) * torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    return weights @ v_all, k_all, v_all
+
+
+def attend_float_mask_invert(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all, scores = _step(q, k_new, v_new, k_cache, v_cache)
+    T, S = q.shape[2], k_all.shape[2]
+    mask = torch.ones(T, S).tril(S - T)                        # floats
+    return scores.masked_fill(~mask, -math.inf).softmax(-1) @ v_all, k_all, v_all
+
+
+def attend_float_mask_fill(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all, scores = _step(q, k_new, v_new, k_cache, v_cache)
+    T, S = q.shape[2], k_all.shape[2]
+    hidden = torch.ones(T, S).triu(S - T + 1)                  # floats: 1 where hidden
+    return scores.masked_fill(hidden, -math.inf).softmax(-1) @ v_all, k_all, v_all
+
+
 ATTEND_WRONG = [
     (attend_overwrite, "the cache was overwritten: k_all and v_all must hold the L cached positions"),
     (attend_new_keys_only, "your k_all and v_all are right, but the attention used the new keys and values alone"),
@@ -214,7 +270,14 @@ ATTEND_WRONG = [
     (learner_attend(cat_dim=1), "append along the positions axis"),
     (learner_attend(returned="out,v,k"), "k_all and v_all are swapped"),
     (learner_attend(returned="out"), "return a tuple (out, k_all, v_all)"),
-    (attend_scaled_by_length, "wrong values. Hint: append the new keys and values after the cached ones"),
+    (attend_scaled_by_length, "you divided the scores by √(L + T), the number of keys"),
+    (attend_causal_for_chunks, "right for one new query, wrong for a chunk"),
+    (attend_tril_for_chunks, "right for one new query, wrong for a chunk"),
+    (attend_diagonal_t_minus_one, "your mask's diagonal is T - 1"),
+    (attend_scaled_after_softmax, "the 1/√d went on the weights after the softmax"),
+    (attend_masked_after_softmax, "you masked the weights after the softmax"),
+    (attend_float_mask_invert, "and `~` needs a boolean one"),
+    (attend_float_mask_fill, "masked_fill got a float mask"),
     (attend_float32, "computed in float32 and cast back"),
     (lambda *a: learner_attend()(*a)[:2], "returned a tuple of 2 items; return a tuple (out, k_all, v_all)"),
     (lambda q, k_new, v_new, k_cache, v_cache: (learner_attend()(q, k_new, v_new, k_cache, v_cache)[0], k_cache,
@@ -284,9 +347,9 @@ def bytes_from_the_model(n_layer, n_head, n_kv_head, d_model, T, batch_size=1, b
 
 BYTES_WRONG = [
     (learner_bytes(both=False), "the cache holds a key AND a value vector per head, layer and position"),
-    (learner_bytes(kv_heads=False), "you cached n_head heads (n_head · d_head = d_model numbers per key)"),
-    (bytes_via_d_model, "you cached n_head heads (n_head · d_head = d_model numbers per key)"),
-    (bytes_kv_head_width, "you cached n_head heads (n_head · d_head = d_model numbers per key)"),
+    (learner_bytes(kv_heads=False), "you cached n_head heads (n_head · d_head = d_model)"),
+    (bytes_via_d_model, "you cached n_head heads (n_head · d_head = d_model)"),
+    (bytes_kv_head_width, "you cached n_head heads (n_head · d_head = d_model)"),
     (learner_bytes(per_head=False), "d_model is the width of all the heads together"),
     (learner_bytes(layers=False), "every layer has its own keys and values: multiply by n_layer"),
     (learner_bytes(tokens=False), "the cache holds every position: multiply by T"),
@@ -300,11 +363,17 @@ BYTES_WRONG = [
     (learner_bytes(defaults=(1, 4)), "your count is right when every argument is given but wrong with the defaults"),
     (learner_bytes(defaults=(8, 2)), "your count is right when every argument is given but wrong with the defaults"),
     (bytes_no_defaults, "batch_size and bytes_per_element have defaults"),
+    (lambda n_layer, n_head, n_kv_head, d_model, T, bytes_per_element=2, batch_size=1:
+     2 * n_layer * n_kv_head * (d_model // n_head) * T * batch_size * bytes_per_element,
+     "your count reads the sixth argument as bytes_per_element"),
+    (lambda n_layer, n_head, n_kv_head, d_model, T, batch_size=1, bytes_per_element=2:
+     3 * n_layer * n_kv_head * (d_model // n_head) * T * batch_size * bytes_per_element,
+     "you stored the queries too"),
     (learner_bytes(both=False, batch=False),
      "wrong count: two slips. Hint: the cache holds a key AND a value vector per head, layer and position: multiply "
      "by 2. And each sequence of the batch has its own cache: multiply by batch_size."),
     (learner_bytes(kv_heads=False, unit="elements"),
-     "wrong count: two slips. Hint: you cached n_head heads"),
+     "wrong count: two slips. Hint: each key holds d_model numbers in your count"),
     (lambda *a: learner_bytes()(*a) + 1,
      "for n_layer = 32, n_head = 32, n_kv_head = 32, d_model = 4096, T = 4096, batch_size = 1, bytes_per_element "
      "= 2 you counted 2,147,483,649 bytes; the cache holds 2,147,483,648 (1 too many). Hint: per layer, per "
@@ -502,7 +571,8 @@ def test_the_count_cases():
         cases = checks.cases_for(ex, seed)
         assert cases[0] == (32, 32, 32, 4096, 4096, 1, 2) and cases[1] == (80, 64, 8, 8192, 4096, 1, 2)
         assert cases[6] == (4, 4, 4, 128, 320, 1, 4)
-        assert any(len(c) == 5 for c in cases) and all(len(c) in (5, 7) for c in cases)
+        assert any(len(c) == 5 for c in cases) and any(len(c) == 6 for c in cases)
+        assert all(len(c) in (5, 6, 7) for c in cases)
         full = [c for c in cases if len(c) == 7]
         assert any(c[2] == 1 < c[1] for c in cases)                           # multi-query
         assert any(1 < c[2] < c[1] for c in cases)                            # grouped-query
@@ -669,7 +739,7 @@ def test_count_reference_is_kv_cache_bytes_and_the_solution():
     for seed in SEEDS:
         for case in checks.cases_for(ex, seed):
             n_layer, n_head, n_kv_head, d_model, T, *rest = case
-            batch_size, bytes_per_element = rest or (1, 2)
+            batch_size, bytes_per_element = (list(rest) + [1, 2][len(rest):])[:2]
             ref = ch08.cache_bytes_reference(*case)
             assert type(ref) is int
             assert ref == kv_cache_bytes(n_layer, n_kv_head, d_model // n_head, T, bytes_per_element, batch_size)

@@ -189,6 +189,24 @@ def test_weights_changed_mid_sequence_are_picked_up_at_the_next_step():
             torch.testing.assert_close(got, lin(x[:, 1:2]).view(1, 1, 2, 8).transpose(1, 2))
 
 
+def test_a_prefill_with_gradients_after_a_training_step_does_not_revive_a_stale_copy():
+    """No-grad decoding keeps a stacked copy; a training step changes the weights; a prefill with
+    gradients on (which builds its own stack and keeps none) then no-grad steps: those steps must use
+    the new weights, as the uncached model does."""
+    model = small()
+    idx = torch.randint(0, 50, (1, 6), generator=torch.Generator().manual_seed(25))
+    with torch.no_grad():
+        cached_logits(model, idx, [1] * 6)                  # leaves a stacked copy in every layer
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(idx).square().mean().backward()
+    opt.step()                                              # the weights change in place
+    cache = model.new_cache(1)
+    model(idx[:, :3], cache=cache)                          # prefill with gradients on
+    with torch.no_grad():
+        steps = torch.cat([model(idx[:, i:i + 1], cache=cache) for i in range(3, 6)], dim=1)
+        torch.testing.assert_close(steps, model(idx)[:, 3:], atol=1e-5, rtol=0)
+
+
 class _Wrapped(torch.nn.Module):
     """A projection with an extra low-rank term, as chapter 9's LoRA wraps one: no .weight of its own."""
 

@@ -86,7 +86,7 @@ def attend_with_cache_reference(q, k_new, v_new, k_cache, v_cache):
     return out, k_all, v_all
 
 
-def _attend(*, cache="append", shift="L", scale=True, dim=-1):
+def _attend(*, cache="append", shift="L", scale=True, dim=-1, mask_after=False):
     """Attention with a cache, with the mistakes named by the keywords; the defaults are right.
 
     cache: "append" (right), "overwrite" (k_all = k_new, v_all = v_new: the new positions alone,
@@ -109,13 +109,26 @@ def _attend(*, cache="append", shift="L", scale=True, dim=-1):
         else:
             k_all, v_all = torch.cat((k_cache, k_new), dim=-2), torch.cat((v_cache, v_new), dim=-2)
         scores = q @ k_all.transpose(-2, -1)                          # (B, H, T, L + T)
-        if scale:
+        if scale is True:
             scores = scores / math.sqrt(q.shape[-1])
-        if shift != "none":
-            diagonal = {"L": L, "0": 0, "L-1": L - 1, "L+1": L + 1}[shift]
+        elif scale == "keys":                                         # √(number of keys)
+            scores = scores / math.sqrt(L + T)
+        if shift == "chunks top-left":                                # is_causal=(T > 1)
+            shift_now = "none" if T == 1 else "0"
+        else:
+            shift_now = shift
+        allowed = None
+        if shift_now != "none":
+            diagonal = {"L": L, "0": 0, "L-1": L - 1, "L+1": L + 1, "T-1": T - 1}[shift_now]
             allowed = torch.ones(T, L + T, dtype=torch.bool).tril(diagonal=diagonal)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        return torch.softmax(scores, dim=dim) @ v_all, k_all, v_all
+            if not mask_after:
+                scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = torch.softmax(scores, dim=dim)
+        if mask_after and allowed is not None:
+            weights = weights * allowed                               # not renormalised
+        if scale == "after":
+            weights = weights / math.sqrt(q.shape[-1])
+        return weights @ v_all, k_all, v_all
     return wrong
 
 
@@ -151,6 +164,22 @@ CACHE_MASK_SHAPE = ("the mask and the scores differ in size: the scores are (B, 
                     "dtype=torch.bool).tril(diagonal=L).")
 CACHE_CAT_DIM = ("append along the positions axis, torch.cat((k_cache, k_new), dim=-2): (B, H, L, d) and "
                  "(B, H, T, d) differ only there (and L may be 0).")
+CACHE_CHUNKS_TOP_LEFT = ("right for one new query, wrong for a chunk: is_causal=True (or a plain .tril()) puts a "
+                        "chunk's queries at positions 0 … T-1 of the L + T keys. This is the chapter's pitfall: with "
+                        "L > 0 cached positions, new query i sits at position L + i, so the mask is "
+                        ".tril(diagonal=L); is_causal is right only for the first chunk, L = 0.")
+CACHE_T_MINUS_ONE = ("your mask's diagonal is T - 1: new query i sees keys 0 … T - 1 + i, which depends on the "
+                     "chunk's length, not on where it starts. It sits at position L + i: .tril(diagonal=L).")
+CACHE_SCALE_KEYS = ("you divided the scores by √(L + T), the number of keys: the scale is √d, the width of a head "
+                    "(q.shape[-1]), whatever the number of positions.")
+CACHE_SCALE_AFTER = ("the 1/√d went on the weights after the softmax: each row then sums to 1/√d, not 1. Scale the "
+                     "scores before the softmax.")
+CACHE_MASK_AFTER = ("you masked the weights after the softmax (weights * mask): the rows no longer sum to 1. Fill "
+                    "the disallowed scores with -inf before the softmax, which renormalises over the allowed keys.")
+CACHE_FLOAT_MASK = ("your mask is a float tensor (torch.ones(...).tril(...) makes 0.0/1.0 numbers), and `~` "
+                    "needs a boolean one. Build it with dtype=torch.bool, or compare, mask == 0.")
+CACHE_FLOAT_FILL = ("masked_fill got a float mask (torch.ones(...).tril(...) makes 0.0/1.0 numbers): it needs a "
+                    "boolean one. Build it with dtype=torch.bool, or compare, mask == 0.")
 CACHE_SWAPPED = ("k_all and v_all are swapped: return (out, k_all, v_all), the keys second and the values third.")
 CACHE_GENERIC = ("append the new keys and values after the cached ones, torch.cat((k_cache, k_new), dim=-2); the "
                  "scores q @ k_all.transpose(-2, -1) / √d are (B, H, T, L + T); new query i sits at position L + i "
@@ -167,6 +196,11 @@ CACHE_MISTAKES = [
     (_attend(cache="prepend"), CACHE_PREPEND),
     (_attend(scale=False), CACHE_SCALE),
     (_attend(dim=-2), CACHE_AXIS),
+    (_attend(shift="chunks top-left"), CACHE_CHUNKS_TOP_LEFT),
+    (_attend(shift="T-1"), CACHE_T_MINUS_ONE),
+    (_attend(scale="keys"), CACHE_SCALE_KEYS),
+    (_attend(scale="after"), CACHE_SCALE_AFTER),
+    (_attend(mask_after=True), CACHE_MASK_AFTER),
 ]
 
 
@@ -219,6 +253,8 @@ register(Exercise(
         (RuntimeError, r"must match the size of tensor b", CACHE_MASK_SHAPE),
         (RuntimeError, r"Sizes of tensors must match except in dimension|stack expects each tensor to be equal size",
          CACHE_CAT_DIM),
+        (TypeError, r"only implemented on integer and Boolean", CACHE_FLOAT_MASK),
+        (RuntimeError, r"masked_fill_? only supports boolean masks", CACHE_FLOAT_FILL),
     ],
     diagnose=safe_diagnosis(_diagnose_cache), diagnose_hints=(CACHE_SWAPPED,),
     generic_hint=CACHE_GENERIC,
@@ -244,12 +280,14 @@ def _bytes_cases(g):
     4. Mistral-7B (8 key/value heads for 32), 8 sequences of 8192 tokens.
     5. GPT-2 medium, batch_size and bytes_per_element left to their defaults (1 and 2).
     6. the chapter's small model (4 layers, 4 heads, width 128) in fp32 at 320 tokens.
+    7. GPT-2 medium again, with batch_size = 4 given and bytes_per_element left to its default (so that
+       the two defaulted parameters in the wrong order give another count).
 
     Then two random ones (n_kv_head a divisor of n_head, batch_size 2-16, 1, 2 or 4 bytes).
     """
     cases = [(32, 32, 32, 4096, 4096, 1, 2), (80, 64, 8, 8192, 4096, 1, 2), (32, 71, 1, 4544, 2048, 1, 2),
              (12, 12, 12, 768, 1024, 1, 4), (32, 32, 8, 4096, 8192, 8, 2), (24, 16, 16, 1024, 1024),
-             (4, 4, 4, 128, 320, 1, 4)]
+             (4, 4, 4, 128, 320, 1, 4), (24, 16, 16, 1024, 1024, 4)]
     for _ in range(2):
         n_head = (1, 2, 4, 6, 8, 12, 16, 32)[_randint(g, 0, 7)]
         divisors = [k for k in range(1, n_head + 1) if n_head % k == 0]
@@ -278,6 +316,9 @@ BYTES_FLOAT = ("the count is right but it is a float: return an int (a number of
                "for d_model // n_head, or int(...)).")
 BYTES_DEFAULTS = ("your count is right when every argument is given but wrong with the defaults: batch_size=1 (one "
                   "sequence) and bytes_per_element=2 (16-bit numbers, fp16 or bf16).")
+BYTES_ORDER = ("your count reads the sixth argument as bytes_per_element: the signature is (n_layer, n_head, "
+               "n_kv_head, d_model, T, batch_size=1, bytes_per_element=2), batch_size first. A call such as "
+               "cache_bytes(..., T, 8) means a batch of 8 sequences.")
 BYTES_UNITS = ("your count is in KiB, MiB or GiB (or kB, MB, GB): return it in bytes, without dividing by 1024 or "
                "1000.")
 BYTES_GENERIC = ("per layer, per sequence and per position the cache holds a key AND a value vector for each of the "
@@ -287,10 +328,13 @@ BYTES_GENERIC = ("per layer, per sequence and per position the cache holds a key
 # (the slips, the hint, the part of the count it touches: two slips combine when their parts differ)
 BYTES_SLIPS = [
     (dict(kv=1), "the cache holds a key AND a value vector per head, layer and position: multiply by 2.", "kv"),
+    (dict(kv=3), "you stored the queries too (3 vectors per head): the cache keeps keys and values only, since a "
+                 "position's query is used once, at its own step, and never again.", "kv"),
     (dict(heads="all"),
-     "you cached n_head heads (n_head · d_head = d_model numbers per key): with grouped-query attention only the "
-     "n_kv_head key/value heads are stored, n_kv_head · d_head = n_kv_head · d_model / n_head numbers per key (and "
-     "as many per value).", "heads"),
+     "each key holds d_model numbers in your count: you cached n_head heads (n_head · d_head = d_model), or took "
+     "d_head = d_model // n_kv_head. With grouped-query attention only the n_kv_head key/value heads are stored, "
+     "each d_head = d_model // n_head wide: n_kv_head · d_model / n_head numbers per key (and as many per "
+     "value).", "heads"),
     (dict(width="d_model"), "d_model is the width of all the heads together: one head is d_head = d_model // n_head "
                             "wide, so each key/value head stores d_model // n_head numbers per position.", "width"),
     (dict(layers=False), "every layer has its own keys and values: multiply by n_layer.", "layers"),
@@ -320,7 +364,8 @@ def _two_slips(cases, outputs) -> tuple[str, str] | None:
 def _case_text(case) -> str:
     names = ("n_layer", "n_head", "n_kv_head", "d_model", "T", "batch_size", "bytes_per_element")
     said = ", ".join(f"{n} = {v}" for n, v in zip(names, case))
-    return said if len(case) == len(names) else f"{said} (batch_size and bytes_per_element left to their defaults)"
+    left = names[len(case):]
+    return said if not left else f"{said} ({' and '.join(left)} left to {'its' if len(left) == 1 else 'their'} default)"
 
 
 def _diagnose_bytes(cases, outputs, refs):
@@ -330,7 +375,16 @@ def _diagnose_bytes(cases, outputs, refs):
     if pair is not None:
         first, second = pair
         return f"wrong count: two slips. Hint: {first} And {second[0].lower()}{second[1:]}"
-    if all((o == r) == (len(c) == 7) for c, o, r in zip(cases, outputs, refs)):
+    def swapped(case):   # the two defaulted parameters read in the other order
+        head, rest = case[:5], list(case[5:]) + [None] * (7 - len(case))
+        batch, element = rest
+        return cache_bytes_reference(*head, **({} if element is None else {"batch_size": element}),
+                                     **({} if batch is None else {"bytes_per_element": batch}))
+    if all(_as_int(o) == swapped(c) for c, o in zip(cases, outputs)) and any(
+            swapped(c) != r for c, r in zip(cases, refs)):
+        return f"wrong output. Hint: {BYTES_ORDER}"
+    if all(o == r for c, o, r in zip(cases, outputs, refs) if len(c) == 7) and any(
+            o != r for c, o, r in zip(cases, outputs, refs) if len(c) == 5):
         return f"wrong output. Hint: {BYTES_DEFAULTS}"
     if any(all(type(o) in (int, float) and math.isclose(o * unit, r, rel_tol=1e-9) for o, r in zip(outputs, refs))
            for unit in (2 ** 10, 2 ** 20, 2 ** 30, 10 ** 3, 10 ** 6, 10 ** 9)):
@@ -357,6 +411,6 @@ register(Exercise(
          "batch_size and bytes_per_element have defaults: cache_bytes(n_layer, n_head, n_kv_head, d_model, T) means "
          "one sequence of 2-byte numbers, so write def cache_bytes(..., T, batch_size=1, bytes_per_element=2)."),
     ],
-    diagnose=safe_diagnosis(_diagnose_bytes), diagnose_hints=(BYTES_FLOAT, BYTES_DEFAULTS, BYTES_UNITS),
+    diagnose=safe_diagnosis(_diagnose_bytes), diagnose_hints=(BYTES_FLOAT, BYTES_DEFAULTS, BYTES_UNITS, BYTES_ORDER),
     generic_hint=BYTES_GENERIC,
 ))
