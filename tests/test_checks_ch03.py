@@ -550,6 +550,13 @@ WRONG = [
     ("layer_norm", ln_global_mean, "one mean of the whole tensor"),
     ("layer_norm", ln_by_first_axis, "the size of the FIRST axis"),
     ("layer_norm", ln_root_eps, "sqrt(var) + sqrt(eps)"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.sum(-1, keepdim=True) / x.shape[1])
+     / torch.sqrt(((x - x.sum(-1, keepdim=True) / x.shape[1]) ** 2).sum(-1, keepdim=True) / x.shape[1] + eps)
+     * gain + bias, "the size of the SECOND axis"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True)
+     / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)) * gain + bias, "a bracket is missing"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True))
+     / torch.sqrt(x.std(-1, keepdim=True, unbiased=False) + eps) * gain + bias, "the square root twice"),
     ("absolute_value_ffn", ffn_returning(t([[1, -1], [0, 0]]), ZERO_2, t([[1, 1], [-1, 1]]), ZERO_2),
      "The FFN must return the CHANGE"),
     ("absolute_value_ffn", ffn_returning(t([[1, 0], [0, 0]]), ZERO_2, t([[0, 1], [0, 0]]), ZERO_2),
@@ -667,6 +674,7 @@ WRONG = [
     ("block_params", counting(attn_bias=False, ffn_bias=False, norms=0), "the weight matrices only"),
     ("block_params", counting(per_head=True), "once per head"),
     ("block_params", counting(four_d=True), "you assumed d_ff = 4·d_model"),
+    ("block_params", lambda d, H, f: 4 * d * d + 4 * d + 2 * d * f + d + 4 * d, "b_1 is missing"),
     ("block_params", lambda d_model, n_heads, d_ff: 12 * d_model ** 2, "12·d_model² is the usual approximation"),
     ("block_params", counting(ffn_mats=1), "you counted one"),
     ("block_params", counting(attn_mats=3), "W_O (and its bias) is missing"),
@@ -685,6 +693,9 @@ WRONG = [
     ("rms_norm", rms_no_keepdim, "pass keepdim=True (x.pow(2)"),
     ("rms_norm", rms_length_plus_eps, "||x|| + eps"),
     ("rms_norm", rms_gemma, "Gemma's convention"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x / (x ** 2).mean(-1, keepdim=True).sqrt() * gain, "eps is missing"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x / torch.sqrt(x.mean(-1, keepdim=True) ** 2 + eps) * gain,
+     "you squared the mean"),
     ("rms_norm", rms_by_std(unbiased=True, eps_inside=False), "you divided by the standard deviation"),
     ("rms_norm", rms_by_std(unbiased=False, eps_inside=True), "you divided by the standard deviation"),
     ("rms_norm", rms_llama, "LLaMA's x.float()"),
@@ -1087,6 +1098,46 @@ LIBRARY_ANSWERS = [   # (exercise, a learner's answer that calls the library, th
                 layer = torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff)
             return sum(p.numel() for p in layer.parameters())
         """, "torch.nn.TransformerEncoderLayer"),
+    ("block_params", """
+        import torch
+        from tinyformer.attention import MultiHeadAttention
+        from tinyformer.blocks import FeedForward
+
+        def block_params(d_model, n_heads, d_ff):
+            with torch.device("meta"):
+                parts = [MultiHeadAttention(d_model, n_heads), FeedForward(d_model, d_ff)]
+            return sum(p.numel() for m in parts for p in m.parameters()) + 4 * d_model
+        """, "tinyformer.attention.MultiHeadAttention"),
+    ("block_params", """
+        import torch.nn as nn
+
+        def block_params(d_model, n_heads, d_ff):
+            layers = [nn.Linear(d_model, d_model) for _ in range(4)]
+            layers += [nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)]
+            return sum(p.numel() for m in layers for p in m.parameters())
+        """, "torch.nn.Linear"),
+    ("layer_norm", """
+        import torch.nn.functional as F
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            flat = x.reshape(1, -1, x.shape[-1])            # (1, tokens, d): each token a channel
+            return F.instance_norm(flat, eps=eps).reshape(x.shape) * gain + bias
+        """, "instance_norm"),
+    ("layer_norm", """
+        import torch.nn.functional as F
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            centred = x - x.mean(-1, keepdim=True)
+            return F.rms_norm(centred, (x.shape[-1],), gain, eps) + bias
+        """, "rms_norm"),
+    ("rms_norm", """
+        import torch
+        import torch.nn.functional as F
+
+        def rms_norm(x, gain, eps=1e-6):
+            both = torch.cat([x, -x], -1)                  # mean 0, variance mean(x²)
+            return F.layer_norm(both, (both.shape[-1],), eps=eps)[..., :x.shape[-1]] * gain
+        """, "layer_norm"),
 ]
 
 

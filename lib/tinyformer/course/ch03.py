@@ -100,6 +100,21 @@ def _ln_first_axis_count(x, gain, bias, eps=1e-5):
     return c / torch.sqrt(c.pow(2).sum(dim=-1, keepdim=True) / x.shape[0] + eps) * gain + bias
 
 
+def _ln_second_axis_count(x, gain, bias, eps=1e-5):
+    c = x - x.sum(dim=-1, keepdim=True) / x.shape[1]
+    return c / torch.sqrt(c.pow(2).sum(dim=-1, keepdim=True) / x.shape[1] + eps) * gain + bias
+
+
+def _ln_unbracketed(x, gain, bias, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    return (x - mean / torch.sqrt((x - mean).pow(2).mean(dim=-1, keepdim=True) + eps)) * gain + bias
+
+
+def _ln_root_of_std(x, gain, bias, eps=1e-5):
+    c = x - x.mean(dim=-1, keepdim=True)
+    return c / torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * gain + bias
+
+
 def _ln_root_eps(x, gain, bias, eps=1e-5):
     c = x - x.mean(dim=-1, keepdim=True)
     return c / (torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True)) + eps ** 0.5) * gain + bias
@@ -157,6 +172,12 @@ register(Exercise(
         "torch.native_layer_norm",
         "torch.nn.functional.group_norm",   # one group: layer norm under another name
         "torch.group_norm",
+        "torch.nn.functional.instance_norm",   # the same statistics, read along another axis
+        "torch.instance_norm",
+        "torch.nn.functional.batch_norm",
+        "torch.batch_norm",
+        "torch.nn.functional.rms_norm",   # of the centred x: layer norm again
+        "torch.rms_norm",
     ),
     make_cases=_layer_norm_cases,
     reference=lambda x, gain, bias, eps=1e-5: F.layer_norm(x, (x.shape[-1],), gain, bias, eps),
@@ -205,6 +226,12 @@ register(Exercise(
                                "run over the last axis, d = x.shape[-1] numbers (or use .mean(dim=-1))."),
         (_ln_root_eps, "you divided by sqrt(var) + sqrt(eps): eps goes inside ONE square root, "
                        "sqrt(var + eps), which is smaller than sqrt(var) + sqrt(eps)."),
+        (_ln_second_axis_count, "you divided the sums by x.shape[1], the size of the SECOND axis: the statistics "
+                                "run over the last axis, d = x.shape[-1] numbers (or use .mean(dim=-1))."),
+        (_ln_unbracketed, "a bracket is missing: x - mean / sqrt(var + eps) divides only the mean. Centre first, "
+                          "then divide: (x - mean) / sqrt(var + eps)."),
+        (_ln_root_of_std, "you took the square root twice: sqrt(std + eps) with std already a root. Divide by "
+                          "sqrt(var + eps), var the mean of (x - mean)²."),
     ],
     error_hints=[(RuntimeError, r"must match the size of tensor b", LN_KEEPDIM),
                  (IndexError, r"Dimension out of range",
@@ -662,7 +689,11 @@ def _diagnose_params(cases, outputs, refs):
 register(Exercise(
     name="block_params", number="3.4", function="block_params", chapter=CHAPTER, args=("d_model", "n_heads", "d_ff"),
     library_answers=("tinyformer.blocks.block_param_count", "tinyformer.blocks.TransformerBlock",
-                     "torch.nn.TransformerEncoderLayer"),
+                     "torch.nn.TransformerEncoderLayer",
+                     # building the parts and counting their parameters is building the module
+                     "tinyformer.attention.MultiHeadAttention", "tinyformer.blocks.FeedForward",
+                     "tinyformer.blocks.LayerNorm", "torch.nn.MultiheadAttention", "torch.nn.Linear",
+                     "torch.nn.LayerNorm", "torch.nn.Module.parameters"),
     make_cases=_params_cases, reference=block_params_reference, returns="the parameter count, an int",
     rtol=0.0, atol=0.0, compare=lambda case, out, ref: type(out) is int and out == ref,
     mistakes=[
@@ -697,6 +728,8 @@ register(Exercise(
         (lambda d, H, f: _count(d, H, f) - d,
          "you are d_model short: one bias of width d_model is missing. Attention's W_O has one (as W_Q, W_K, W_V "
          "do), and so has the FFN's W_2 (b_2): count 4·d_model + d_ff + d_model biases in all."),
+        (lambda d, H, f: _count(d, H, f) - f,
+         "b_1 is missing: the FFN's first layer has a bias of d_ff numbers, one per hidden unit."),
         (lambda d, H, f: _count(d, H, f) - d + f,
          "b_2 has d_model numbers, not d_ff: it is added to the FFN's OUTPUT, of width d_model."),
         (lambda d, H, f: _count(d, H, f) - d * d,
@@ -771,7 +804,9 @@ def _diagnose_rms(cases, outputs, refs):
 
 register(Exercise(
     name="rms_norm", number="", function="rms_norm", chapter=CHAPTER, args=("x", "gain", "eps"), drill=True,
-    library_answers=("tinyformer.blocks.RMSNorm", "torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch.rms_norm"),
+    library_answers=("tinyformer.blocks.RMSNorm", "torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch.rms_norm",
+                     "torch._fused_rms_norm", "torch.nn.functional.layer_norm", "torch.layer_norm",
+                     "torch.native_layer_norm"),
     make_cases=_rms_norm_cases,
     reference=lambda x, gain, eps=1e-6: F.rms_norm(x, (x.shape[-1],), gain, eps),
     returns="the normalised tensor, shaped like x",
@@ -786,6 +821,12 @@ register(Exercise(
         (_rms(total=True), "you divided by the vector's length, sqrt(sum(x²)); RMS norm takes the MEAN of the "
                            "squares, so your output is √d times too small: divide by sqrt(mean(x²) + eps)."),
         (_rms(root=False), "you divided by the mean square; divide by its square root, sqrt(mean(x²) + eps)."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) * g,
+         "eps is missing: divide by sqrt(mean(x²) + eps). Without it a token near zero is divided by (almost) "
+         "zero."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.mean(dim=-1, keepdim=True) ** 2 + eps) * g,
+         "you squared the mean, (mean x)², instead of averaging the squares, mean(x²): square first, "
+         "x.pow(2).mean(dim=-1, keepdim=True)."),
         (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps ** 2) * g,
          "you added eps² inside the root: RMS norm divides by sqrt(mean(x²) + eps), eps itself."),
         (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean() + eps) * g,
