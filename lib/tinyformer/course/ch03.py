@@ -537,9 +537,9 @@ BLOCK_SLIPS = {
                  "'pre' as 'post'. Give 'parallel' its own branch (and raise a ValueError for an unknown norm)."),
         ("identity", "for norm='parallel' your function returned x unchanged: no branch handles "
                      "norm == 'parallel'. Add one: x + attn(ln_1(x)) + ffn(ln_2(x))."),
-        ("ln_1_twice", "for norm='parallel', ln_1 was used for both sublayers. That is GPT-J's and PaLM's "
-                       "parallel block, whose two sublayers share one norm; the exercise asks for GPT-NeoX's, with "
-                       "a norm each: x + attn(ln_1(x)) + ffn(ln_2(x))."),
+        ("ln_1_twice", "for norm='parallel', ln_1 was used for both sublayers. That is GPT-J's parallel block, "
+                       "whose two sublayers share one norm; the exercise asks for GPT-NeoX's, with a norm each: "
+                       "x + attn(ln_1(x)) + ffn(ln_2(x))."),
         ("lns_swapped", "for norm='parallel', ln_1 and ln_2 are swapped: attention reads ln_1(x), the FFN "
                         "ln_2(x)."),
         ("residual_twice", "for norm='parallel', x was added twice, (x + attn(...)) + (x + ffn(...)) = 2x + ...: "
