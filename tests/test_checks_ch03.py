@@ -550,6 +550,10 @@ WRONG = [
     ("layer_norm", ln_global_mean, "one mean of the whole tensor"),
     ("layer_norm", ln_by_first_axis, "the size of the FIRST axis"),
     ("layer_norm", ln_root_eps, "sqrt(var) + sqrt(eps)"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True))
+     / x.std(-1, keepdim=True, unbiased=False).clamp_min(eps) * gain + bias, "eps is a floor in yours"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(1, keepdim=True))
+     / torch.sqrt(x.var(1, keepdim=True, unbiased=False) + eps) * gain + bias, "by its number, dim=1"),
     ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.sum(-1, keepdim=True) / x.shape[1])
      / torch.sqrt(((x - x.sum(-1, keepdim=True) / x.shape[1]) ** 2).sum(-1, keepdim=True) / x.shape[1] + eps)
      * gain + bias, "the size of the SECOND axis"),
@@ -675,6 +679,7 @@ WRONG = [
     ("block_params", counting(per_head=True), "once per head"),
     ("block_params", counting(four_d=True), "you assumed d_ff = 4·d_model"),
     ("block_params", lambda d, H, f: 4 * d * d + 4 * d + 2 * d * f + d + 4 * d, "b_1 is missing"),
+    ("block_params", lambda d, H, f: 4 * d * d + d + 2 * d * f + f + d + 4 * d, "you are 3·d_model short"),
     ("block_params", lambda d_model, n_heads, d_ff: 12 * d_model ** 2, "12·d_model² is the usual approximation"),
     ("block_params", counting(ffn_mats=1), "you counted one"),
     ("block_params", counting(attn_mats=3), "W_O (and its bias) is missing"),

@@ -115,6 +115,11 @@ def _ln_root_of_std(x, gain, bias, eps=1e-5):
     return c / torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * gain + bias
 
 
+def _ln_clamped(x, gain, bias, eps=1e-5):
+    c = x - x.mean(dim=-1, keepdim=True)
+    return c / c.pow(2).mean(dim=-1, keepdim=True).sqrt().clamp_min(eps) * gain + bias
+
+
 def _ln_root_eps(x, gain, bias, eps=1e-5):
     c = x - x.mean(dim=-1, keepdim=True)
     return c / (torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True)) + eps ** 0.5) * gain + bias
@@ -230,6 +235,10 @@ register(Exercise(
                                 "run over the last axis, d = x.shape[-1] numbers (or use .mean(dim=-1))."),
         (_ln_unbracketed, "a bracket is missing: x - mean / sqrt(var + eps) divides only the mean. Centre first, "
                           "then divide: (x - mean) / sqrt(var + eps)."),
+        (_ln(dim=1), "you named the statistics' axis by its number, dim=1: for a (B, T, d) input that is the "
+                     "sequence axis (it only works for 2-D inputs). Use dim=-1, the last axis, whatever the rank."),
+        (_ln_clamped, "eps is a floor in yours (clamp_min or max): layer norm ADDS it, sqrt(var + eps), which "
+                      "changes every token a little, not only the nearly constant ones."),
         (_ln_root_of_std, "you took the square root twice: sqrt(std + eps) with std already a root. Divide by "
                           "sqrt(var + eps), var the mean of (x - mean)²."),
     ],
@@ -728,6 +737,9 @@ register(Exercise(
         (lambda d, H, f: _count(d, H, f) - d,
          "you are d_model short: one bias of width d_model is missing. Attention's W_O has one (as W_Q, W_K, W_V "
          "do), and so has the FFN's W_2 (b_2): count 4·d_model + d_ff + d_model biases in all."),
+        (lambda d, H, f: _count(d, H, f) - 3 * d,
+         "you are 3·d_model short: attention has a bias per projection, four of d_model numbers each, not one "
+         "for the layer."),
         (lambda d, H, f: _count(d, H, f) - f,
          "b_1 is missing: the FFN's first layer has a bias of d_ff numbers, one per hidden unit."),
         (lambda d, H, f: _count(d, H, f) - d + f,
