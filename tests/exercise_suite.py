@@ -98,7 +98,8 @@ def harvest(name: str, fn, seed: int = 0, timeout: float = 30):
     cases = checks.cases_for(ex, seed)
     rec = _nbrun.judge_function(fn, cases, engine.library_answer_keys(ex), timeout, engine)
     verdict = checks.judge(ex, cases, checks.Outcome(outputs=rec["outputs"], error=rec["error"] and
-                                                     tuple(rec["error"]), mutated=rec["mutated"]))
+                                                     tuple(rec["error"]), mutated=rec["mutated"],
+                                                     grads=rec.get("grads")))
     return rec, verdict
 
 
@@ -116,7 +117,7 @@ def verdict_for(name: str, fn, seed: int = 0) -> checks.Verdict:
     """The verdict on ``fn`` for the cases of ``seed``, judged without printing."""
     ex = checks.EXERCISES[name]
     cases = checks.cases_for(ex, seed)
-    return checks.judge(ex, cases, checks.run_cases(fn, cases))
+    return checks.judge(ex, cases, engine.with_gradients(ex, fn, cases, checks.run_cases(fn, cases)))
 
 
 def cell_function(name: str, source: str):

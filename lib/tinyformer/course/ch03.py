@@ -146,6 +146,49 @@ LN_LENGTH = ("you divided by the length of the centred vector, sqrt(sum((x - mea
              "over the d features.")
 
 
+def _ln_stats(x, eps):
+    mean = x.mean(dim=-1, keepdim=True)
+    return mean, (x - mean).pow(2).mean(dim=-1, keepdim=True)
+
+
+def _ln_eps_after(x, gain, bias, eps=1e-5):          # ((x - mean) / sqrt(var) + eps) * gain + bias
+    mean, var = _ln_stats(x, eps)
+    return ((x - mean) / torch.sqrt(var) + eps) * gain + bias
+
+
+def _ln_gain_first(x, gain, bias, eps=1e-5):         # normalise x * gain, then add bias
+    y = x * gain
+    mean, var = _ln_stats(y, eps)
+    return (y - mean) / torch.sqrt(var + eps) + bias
+
+
+def _ln_var_clamped(x, gain, bias, eps=1e-5):        # sqrt(var.clamp_min(eps))
+    mean, var = _ln_stats(x, eps)
+    return (x - mean) / torch.sqrt(var.clamp_min(eps)) * gain + bias
+
+
+def _ln_var_over_sequence(x, gain, bias, eps=1e-5):   # the mean over the features, the variance over T
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x - mean).pow(2).mean(dim=-2, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * gain + bias
+
+
+def _ln_mean_not_squared(x, gain, bias, eps=1e-5):   # var = E[x²] - E[x]
+    mean = x.mean(dim=-1, keepdim=True)
+    var = x.pow(2).mean(dim=-1, keepdim=True) - mean
+    return (x - mean) / torch.sqrt(var.abs() + eps) * gain + bias   # .abs(): else a NaN, named as such
+
+
+def _ln_eps_times(x, gain, bias, eps=1e-5):          # var * (1 + eps)
+    mean, var = _ln_stats(x, eps)
+    return (x - mean) / torch.sqrt(var * (1 + eps)) * gain + bias
+
+
+LN_HALF = ("your values are right to about three digits only: part of the computation ran in half precision "
+           "(x.half(), torch.float16 or bfloat16), which keeps about 3 significant digits. Keep the inputs' float64 "
+           "throughout.")
+
+
 def _by_length(x, gain, bias, eps, with_eps):
     c = x - x.mean(dim=-1, keepdim=True)
     return c / torch.sqrt(c.pow(2).sum(dim=-1, keepdim=True) + (eps if with_eps else 0.0)) * gain + bias
@@ -164,11 +207,14 @@ def _diagnose_ln(cases, outputs, refs):
         return None
     if all(bool(torch.allclose(o, r, rtol=1e-5, atol=1e-5)) for o, r in zip(outputs, refs)):
         return f"values right to float32's precision (~1e-7) only. Hint: {LN_FLOAT32}"
+    if all(bool(torch.allclose(o, r, rtol=2e-2, atol=2e-2)) for o, r in zip(outputs, refs)):
+        return f"wrong values. Hint: {LN_HALF}"
     return None
 
 
 register(Exercise(
     name="layer_norm", number="3.1", function="layer_norm", chapter=CHAPTER, args=("x", "gain", "bias", "eps"),
+    grad_args=(0, 1, 2),
     library_answers=(
         "tinyformer.blocks.LayerNorm",
         "torch.nn.functional.layer_norm",
@@ -183,6 +229,10 @@ register(Exercise(
         "torch.batch_norm",
         "torch.nn.functional.rms_norm",   # of the centred x: layer norm again
         "torch.rms_norm",
+        "torch._fused_rms_norm",
+        "torch.native_batch_norm",
+        "torch.native_group_norm",
+        "torch._refs.native_layer_norm",   # PyTorch's own reference implementation, in Python
     ),
     make_cases=_layer_norm_cases,
     reference=lambda x, gain, bias, eps=1e-5: F.layer_norm(x, (x.shape[-1],), gain, bias, eps),
@@ -241,12 +291,29 @@ register(Exercise(
                       "changes every token a little, not only the nearly constant ones."),
         (_ln_root_of_std, "you took the square root twice: sqrt(std + eps) with std already a root. Divide by "
                           "sqrt(var + eps), var the mean of (x - mean)²."),
+        (_ln(eps_fixed=1e-6), "the eps argument is ignored: your output is the one for eps = 1e-6 whatever eps "
+                              "is passed. Use the eps you are given."),
+        (_ln_eps_after, "eps was added after the division, (x - mean) / sqrt(var) + eps: it belongs inside the "
+                        "root, (x - mean) / sqrt(var + eps), where it keeps a nearly constant token from being "
+                        "divided by (almost) zero."),
+        (_ln_gain_first, "the gain was applied before normalising, so the normalisation undid it: standardise x "
+                         "first, x_hat = (x - mean) / sqrt(var + eps), then x_hat * gain + bias."),
+        (_ln_var_clamped, "eps is a floor on the variance in yours (var.clamp_min(eps)): layer norm ADDS it, "
+                          "sqrt(var + eps), which changes every token a little, not only the nearly constant ones."),
+        (_ln_var_over_sequence, "the mean is over the features but the variance over the sequence axis (dim=-2): "
+                                "both statistics run over the token's own d features, dim=-1."),
+        (_ln_mean_not_squared, "the variance is E[x²] - E[x]², the mean SQUARED: you subtracted the mean itself. "
+                               "Or compute it as the mean of (x - mean)²."),
+        (_ln_eps_times, "eps multiplied the variance, var * (1 + eps): it is ADDED, sqrt(var + eps)."),
     ],
     error_hints=[(RuntimeError, r"must match the size of tensor b", LN_KEEPDIM),
                  (IndexError, r"Dimension out of range",
                   "you named an axis by its number (dim=2, say), which exists only for 3-D inputs; x may have any "
-                  "number of leading axes (the check passes (T, d) too): use dim=-1, the last axis.")],
-    diagnose=_diagnose_ln, diagnose_hints=(LN_FLOAT32, LN_LENGTH),
+                  "number of leading axes (the check passes (T, d) too): use dim=-1, the last axis."),
+                 (IndexError, r"tuple index out of range",
+                  "you read a size by its axis number (x.shape[2], say), which exists only for 3-D inputs; x may "
+                  "have any number of leading axes (the check passes (T, d) too): d = x.shape[-1].")],
+    diagnose=_diagnose_ln, diagnose_hints=(LN_FLOAT32, LN_LENGTH, LN_HALF),
     generic_hint="for each token: mean and biased variance over the last axis (keepdim=True), "
                  "x_hat = (x - mean) / sqrt(var + eps), then x_hat * gain + bias. Compare with "
                  "torch.nn.functional.layer_norm(x, (d,), gain, bias, eps) on a small input.",
@@ -408,12 +475,11 @@ def _block_cases(g):
 def block_forward_reference(x, attn, ffn, ln_1, ln_2, norm):
     """The library's TransformerBlock with these four modules put in, for "pre" and "post"; the
     parallel block (GPT-J, GPT-NeoX), which the library does not build, from its formula."""
-    with torch.no_grad():
-        if norm == "parallel":
-            return x + attn(ln_1(x)) + ffn(ln_2(x))
-        block = _quietly(TransformerBlock, d_model=attn.d_model, n_heads=attn.n_heads, d_ff=ffn.d_ff, norm=norm)
-        block.ln_1, block.attn, block.ln_2, block.ffn = ln_1, attn, ln_2, ffn
-        return block(x)
+    if norm == "parallel":
+        return x + attn(ln_1(x)) + ffn(ln_2(x))
+    block = _quietly(TransformerBlock, d_model=attn.d_model, n_heads=attn.n_heads, d_ff=ffn.d_ff, norm=norm)
+    block.ln_1, block.attn, block.ln_2, block.ffn = ln_1, attn, ln_2, ffn
+    return block(x)   # with autograd: Exercise 3.3's gradients are compared with these
 
 
 # The sequential slips: (first sublayer, second sublayer, first norm, second norm), by the parts' names.
@@ -436,6 +502,10 @@ def _compute(form: str, x, attn, ffn, ln_1, ln_2):
             return h + second(norm_2(h))
         h = norm_1(x + first(x))
         return norm_2(h + second(h))
+    if form == "parallel/post_sum":                      # ln_1(x + attn(x) + ffn(x))
+        return ln_1(x + attn(x) + ffn(x))
+    if form == "parallel/norm_sum":                      # ln_2 of the whole sum
+        return ln_2(x + attn(ln_1(x)) + ffn(ln_2(x)))
     if placement == "parallel":
         norm_1, norm_2 = {"": (ln_1, ln_2), "ln_1_twice": (ln_1, ln_1), "lns_swapped": (ln_2, ln_1),
                           "no_residual": (ln_1, ln_2), "residual_twice": (ln_1, ln_2), "averaged": (ln_1, ln_2)}[slip]
@@ -473,6 +543,12 @@ def _compute(form: str, x, attn, ffn, ln_1, ln_2):
     if form == "post/sandwich":                          # norms before AND after: ln(x + attn(ln(x)))
         h = ln_1(x + attn(ln_1(x)))
         return ln_2(h + ffn(ln_2(h)))
+    if form == "post/pre_ffn":                           # h = ln_1(x + attn(x)); h + ffn(ln_2(h))
+        h = ln_1(x + attn(x))
+        return h + ffn(ln_2(h))
+    if form == "post/norm_inside_ffn":                   # h = ln_1(x + attn(x)); h + ln_2(ffn(h))
+        h = ln_1(x + attn(x))
+        return h + ln_2(ffn(h))
     raise ValueError(f"form must be a known block or slip, got {form!r}")
 
 
@@ -537,6 +613,10 @@ BLOCK_SLIPS = {
                          "first and normalises the sum, ln_2(h + ffn(h))."),
         ("sandwich", "for norm='post', you normalised each sublayer's input as well as the sum: post-norm "
                      "sublayers read the raw stream, ln_1(x + attn(x)), not attn(ln_1(x))."),
+        ("pre_ffn", "for norm='post', the first half is post-norm but the FFN's half is pre-norm, h + ffn(ln_2(h)): "
+                    "post-norm adds first and normalises the sum, ln_2(h + ffn(h))."),
+        ("norm_inside_ffn", "for norm='post', the FFN's output was normalised before adding it, h + ln_2(ffn(h)): "
+                            "post-norm normalises the SUM, ln_2(h + ffn(h))."),
     ],
     "parallel": [
         ("pre", "for norm='parallel' you computed the sequential pre-norm block: in the parallel block (GPT-NeoX's) "
@@ -557,6 +637,11 @@ BLOCK_SLIPS = {
                         "outputs, x + attn(ln_1(x)) + ffn(ln_2(x))."),
         ("averaged", "for norm='parallel', the two writes were averaged: both are ADDED in full, "
                      "x + attn(ln_1(x)) + ffn(ln_2(x)), as in every block."),
+        ("post_sum", "for norm='parallel' you normalised the sum, ln_1(x + attn(x) + ffn(x)), as a post-norm block "
+                 "would: the parallel block normalises each sublayer's input and adds to the raw x, "
+                 "x + attn(ln_1(x)) + ffn(ln_2(x))."),
+        ("norm_sum", "for norm='parallel', your block normalised its output with ln_2: the parallel block "
+                     "returns the raw sum, x + attn(ln_1(x)) + ffn(ln_2(x)), its norms on the sublayers' inputs."),
     ],
 }
 
@@ -600,7 +685,7 @@ def _diagnose_block(cases, outputs, refs):
 
 
 register(Exercise(
-    name="block_forward", number="3.3", function="block_forward", chapter=CHAPTER,
+    name="block_forward", number="3.3", function="block_forward", chapter=CHAPTER, grad_args=(0,),
     library_answers=("tinyformer.blocks.TransformerBlock",),
     args=("x", "attn", "ffn", "ln_1", "ln_2", "norm"), make_cases=_block_cases, reference=block_forward_reference,
     returns="the block's output of shape (B, T, d_model)",
@@ -684,9 +769,37 @@ BP_FLOAT = ("the count is right but it is a float: return an int (a count is a w
             "or int(...)).")
 
 
+BP_CONSTANT = ("your count is off by the same few parameters at every size: a whole tensor of the block would "
+               "change with d_model or d_ff, so this is an off-by-one slip (a loop over range(n + 1), a count "
+               "started at 1, a bias counted as one number). Add the sizes of the tensors, nothing else.")
+
+
+def _off_by(cases, outputs, refs) -> str | None:
+    """A slip that is the same multiple of d_model, or of d_ff, at every size, or a constant."""
+    if not all(type(o) is int for o in outputs):
+        return None
+    diffs = [o - r for o, r in zip(outputs, refs)]
+    if len(set(diffs)) == 1 and 0 < abs(diffs[0]) <= 8:
+        return f"wrong output. Hint: {BP_CONSTANT}"
+    for size, name in ((0, "d_model"), (2, "d_ff")):
+        if any(diff % case[size] for case, diff in zip(cases, diffs)):
+            continue
+        ks = {diff // case[size] for case, diff in zip(cases, diffs)}
+        if len(ks) == 1 and 0 < abs(k := ks.pop()) <= 16:
+            many, short = abs(int(k)), "over" if k > 0 else "short"
+            return (f"you are {many}·{name} {short} at every size ({'one' if many == 1 else many} width-{name} "
+                    f"vector{'s' if many > 1 else ''} too {'many' if k > 0 else 'few'}). Hint: count the biases "
+                    f"and the layer norms' gains and biases again: four attention biases and b_2 of d_model, b_1 "
+                    f"of d_ff, and a gain and a bias of d_model in each of the two layer norms.")
+    return None
+
+
 def _diagnose_params(cases, outputs, refs):
     if all(type(o) is float and o == r for o, r in zip(outputs, refs)):
         return f"wrong output. Hint: {BP_FLOAT}"
+    off = _off_by(cases, outputs, refs)
+    if off:
+        return off
     for (d, H, f), out, ref in zip(cases, outputs, refs):
         if out != ref:
             return (f"for d_model = {d}, n_heads = {H}, d_ff = {f} you counted {out:,}; the block has {ref:,}. "
@@ -747,11 +860,16 @@ register(Exercise(
         (lambda d, H, f: _count(d, H, f) - d * d,
          "you are d_model² short: one of the four (d_model, d_model) projection matrices is missing (W_O, "
          "the output projection, is the one usually forgotten)."),
+        (lambda d, H, f: _count(d, H, f) - f + d,
+         "b_1 has d_ff numbers, not d_model: it is added to the FFN's hidden layer, one per hidden unit."),
+        (lambda d, H, f: _count(d, H, f) - 3 * d * d + 3 * d * (d // H),
+         "you counted W_Q, W_K and W_V as (d_model, d_head): each holds all n_heads heads' columns, (d_model, "
+         "d_model), like W_O."),
         (lambda d, H, f: _count(d, H, f) - 4 * d * d + 4 * d * (d // H),
          "you counted each projection as (d_model, d_head): W_Q, W_K, W_V and W_O are (d_model, d_model), "
          "holding all n_heads heads' columns."),
     ],
-    diagnose=_diagnose_params, diagnose_hints=(BP_FLOAT,),
+    diagnose=_diagnose_params, diagnose_hints=(BP_FLOAT, BP_CONSTANT),
     generic_hint="list every parameter tensor of the block with its shape and add their sizes.",
 ))
 
@@ -760,8 +878,10 @@ register(Exercise(
 
 
 def _rms_norm_cases(g):
-    """(x, gain, eps): the layer-norm inputs without the bias, tiny-variance case included."""
-    return [(x, gain, eps) for x, gain, _, eps in _norm_cases(g, (1e-6, 1e-3, 1e-6, 0.05))]
+    """(x, gain, eps): the layer-norm inputs without the bias, tiny-variance case included, and a
+    case of tiny tokens whose root mean square (~1e-4) is below eps (so eps as a floor shows)."""
+    cases = [(x, gain, eps) for x, gain, _, eps in _norm_cases(g, (1e-6, 1e-3, 1e-6, 0.05))]
+    return cases + [(_randn(g, 2, 3, 4, scale=1e-4), _rand(g, 4, low=0.5, high=2.0), 1e-3)]
 
 
 def _rms(*, centre=False, eps_inside=True, eps_fixed=None, gain=True, total=False, root=True):
@@ -803,6 +923,9 @@ def _diagnose_rms(cases, outputs, refs):
     if not _float32_round_trip(outputs, refs) and all(
             bool(torch.allclose(o, r, rtol=1e-5, atol=1e-5)) for o, r in zip(outputs, refs)):
         return f"values right to float32's precision (~1e-7) only. Hint: {RMS_FLOAT32}"
+    if not _float32_round_trip(outputs, refs) and all(
+            bool(torch.allclose(o, r, rtol=2e-2, atol=2e-2)) for o, r in zip(outputs, refs)):
+        return f"wrong values. Hint: {LN_HALF}"
 
     def by_abs(x, g, eps, shift):
         return x / (x.abs().mean(dim=-1, keepdim=True) + shift) * g
@@ -816,9 +939,12 @@ def _diagnose_rms(cases, outputs, refs):
 
 register(Exercise(
     name="rms_norm", number="", function="rms_norm", chapter=CHAPTER, args=("x", "gain", "eps"), drill=True,
+    grad_args=(0, 1),
     library_answers=("tinyformer.blocks.RMSNorm", "torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch.rms_norm",
                      "torch._fused_rms_norm", "torch.nn.functional.layer_norm", "torch.layer_norm",
-                     "torch.native_layer_norm"),
+                     "torch.native_layer_norm", "torch.native_batch_norm", "torch.batch_norm",
+                     "torch.native_group_norm", "torch.group_norm", "torch.instance_norm",
+                     "torch._refs.native_layer_norm"),
     make_cases=_rms_norm_cases,
     reference=lambda x, gain, eps=1e-6: F.rms_norm(x, (x.shape[-1],), gain, eps),
     returns="the normalised tensor, shaped like x",
@@ -836,6 +962,18 @@ register(Exercise(
         (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) * g,
          "eps is missing: divide by sqrt(mean(x²) + eps). Without it a token near zero is divided by (almost) "
          "zero."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True).clamp_min(eps)) * g,
+         "eps is a floor in yours (clamp_min or max): RMS norm ADDS it, sqrt(mean(x²) + eps), which changes "
+         "every token a little, not only the tiny ones."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)).clamp_min(eps) * g,
+         "eps is a floor in yours (clamp_min or max) on the root: RMS norm ADDS it inside the root, "
+         "sqrt(mean(x²) + eps), which changes every token a little, not only the tiny ones."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=0, keepdim=True) + eps) * g,
+         "you took the mean square over the first axis (dim=0), across the batch: each token has its own, over "
+         "its d features, the last axis (dim=-1)."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=-2, keepdim=True) + eps) * g,
+         "you took the mean square over the sequence axis (dim=-2), mixing positions: each token has its own, "
+         "over its d features (dim=-1)."),
         (lambda x, g, eps=1e-6: x / torch.sqrt(x.mean(dim=-1, keepdim=True) ** 2 + eps) * g,
          "you squared the mean, (mean x)², instead of averaging the squares, mean(x²): square first, "
          "x.pow(2).mean(dim=-1, keepdim=True)."),
@@ -852,6 +990,22 @@ register(Exercise(
         (_rms(total=True, eps_inside=False),
          "you divided by the vector's length plus eps, ||x|| + eps: RMS norm takes the MEAN of the squares (the "
          "length is √d times larger) with eps inside the root: x / sqrt(mean(x²) + eps)."),
+        (_rms(eps_fixed=1e-5), "the eps argument is ignored: your output is the one for eps = 1e-5 whatever eps "
+                               "is passed. Use the eps you are given."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * g,
+         "you named the axis by its number, dim=1: for a (B, T, d) input that is the sequence axis (it only works "
+         "for 2-D inputs). Use dim=-1, the last axis, whatever the rank."),
+        (lambda x, g, eps=1e-6: _rms()(x * g, torch.ones_like(g), eps),
+         "the gain was applied before normalising, so the normalisation undid part of it: normalise x first, "
+         "then multiply by gain."),
+        (lambda x, g, eps=1e-6: x * (torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True)) + eps) * g,
+         "eps was added after rsqrt, x * (rsqrt(mean(x²)) + eps): it goes inside, x * rsqrt(mean(x²) + eps)."),
+        (lambda x, g, eps=1e-6: x / torch.sqrt((x.pow(2).sum(dim=-1, keepdim=True) + eps) / x.shape[-1]) * g,
+         "you added eps to the sum of squares before dividing by d, which adds only eps / d: add it to the mean "
+         "square, sqrt(mean(x²) + eps)."),
+        (lambda x, g, eps=1e-6: x / x.norm(dim=-1, keepdim=True) * g,
+         "you divided by the vector's length (F.normalize does): RMS norm divides by the root of the MEAN square, "
+         "so yours is √d times too small, and eps is missing: x / sqrt(mean(x²) + eps) * gain."),
         (lambda x, g, eps=1e-6: _rms()(x, g, eps) * (1 + g) / g,
          "you multiplied by (1 + gain), Gemma's convention, where the stored weight starts at 0: here the gain "
          "is the weight itself, x / sqrt(mean(x²) + eps) * gain."),
@@ -861,8 +1015,11 @@ register(Exercise(
                   "x: pass keepdim=True (x.pow(2).mean(dim=-1, keepdim=True))."),
                  (IndexError, r"Dimension out of range",
                   "you named an axis by its number (dim=2, say), which exists only for 3-D inputs; x may have "
-                  "any number of leading axes: use dim=-1, the last axis.")],
-    diagnose=_diagnose_rms, diagnose_hints=(RMS_ABS, RMS_FLOAT32, RMS_STD),
+                  "any number of leading axes: use dim=-1, the last axis."),
+                 (IndexError, r"tuple index out of range",
+                  "you read a size by its axis number (x.shape[2], say), which exists only for 3-D inputs; x may "
+                  "have any number of leading axes: d = x.shape[-1].")],
+    diagnose=_diagnose_rms, diagnose_hints=(RMS_ABS, RMS_FLOAT32, RMS_STD, LN_HALF),
     generic_hint="x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain; compare with "
                  "torch.nn.functional.rms_norm(x, (d,), gain, eps) on a small input.",
 ))

@@ -42,7 +42,7 @@ import textwrap
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,7 @@ class Outcome:
     outputs: list | None = None
     error: tuple[str, str] | None = None
     mutated: list[int] = field(default_factory=list)
+    grads: list | None = None      # per case, what :func:`gradients` returned (exercises with grad_args)
 
 
 @dataclass(kw_only=True)
@@ -131,6 +132,8 @@ class Exercise:
                                    # agrees with the reader's (an order-free answer, say); else _close
     check_shapes: bool = True      # False: the outputs' shapes may differ from the reference's (a free
                                    # hidden width), and `compare` / `diagnose` judge them
+    grad_args: tuple[int, ...] = ()   # arguments whose gradient (autograd through the reader's code) must
+                                   # match the reference's: a detached statistic gives right values only
     library_answers: tuple[str, ...] = ()   # dotted names of functions (or classes: all their methods)
                                    # that ARE the answer, e.g. "tinyformer.attention.causal_mask": the
                                    # grader gives no credit to a function that calls one (see
@@ -242,6 +245,7 @@ def library_answer_keys(ex: Exercise) -> dict[str, list]:
     module, name = getattr(ex.reference, "__module__", "?"), getattr(ex.reference, "__qualname__", "?")
     name = f"{module}.{name}" if "<" not in name else f"the reference answer in {module}"
     _answer_key(ex.reference, name, keys, check_name=False)
+    keys["grad_args"] = list(ex.grad_args)   # travels with the keys to the grader's kernel
     return keys
 
 
@@ -561,6 +565,71 @@ def _agrees(ex: Exercise, case: tuple, out, ref) -> bool:
     return ex.compare(case, out, ref) if ex.compare is not None else _close(out, ref, ex)
 
 
+# --------------------------------------------------------------------------- gradients
+
+
+def gradients(fn: Callable, case: tuple, grad_args) -> list | str | None:
+    """The gradient of a fixed projection of ``fn``'s output, sum(out * w) with w = cos(0.7 k + 0.3)
+    over its entries k, with respect to the case's arguments at ``grad_args`` (fresh copies that
+    require grad): a list of tensors; "cut" when the output is a float tensor that carries no
+    gradient; None when there is nothing to compare (no float tensor returned, or ``fn`` raised)."""
+    args = list(_clone(case))
+    for i in grad_args:
+        args[i] = args[i].detach().clone().requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            out = fn(*args)
+            if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+                return None
+            if not out.requires_grad:
+                return "cut"
+            w = torch.cos(0.7 * torch.arange(out.numel(), dtype=out.dtype, device=out.device) + 0.3)
+            found = torch.autograd.grad((out * w.reshape(out.shape)).sum(), [args[i] for i in grad_args],
+                                        allow_unused=True)
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # noqa: BLE001 - the values were judged already; a failing backward is not compared
+        return None
+    return [portable(torch.zeros_like(args[i]) if g is None else g.detach()) for i, g in zip(grad_args, found)]
+
+
+def with_gradients(ex: Exercise, fn: Callable, cases: list[tuple], outcome: Outcome) -> Outcome:
+    """``outcome`` with the gradients of ``fn`` on the cases, for an exercise with ``grad_args``
+    whose run raised nothing and changed no input (a second pass, on fresh copies)."""
+    if ex.grad_args and outcome.error is None and not outcome.mutated:
+        with _one_thread():
+            outcome.grads = [gradients(fn, case, ex.grad_args) for case in cases]
+    return outcome
+
+
+GRAD_CUT = ("the values are right, but your output carries no gradient: it was computed under torch.no_grad() "
+            "(or rebuilt from numbers), so nothing before it could be trained. Compute it with tensor operations "
+            "on the inputs, outside torch.no_grad().")
+
+
+def _gradient_problem(ex: Exercise, cases: list[tuple], grads: list) -> str | None:
+    """Why the reader's gradients differ from the reference's, or None."""
+    for case, got in zip(cases, grads):
+        if got is None:
+            continue
+        if isinstance(got, str):
+            if got == "cut":
+                return GRAD_CUT
+            continue
+        want = gradients(ex.reference, case, ex.grad_args)
+        if not isinstance(want, list) or not isinstance(got, list) or len(got) != len(want):
+            continue
+        for i, g, r in zip(ex.grad_args, got, want):
+            if not isinstance(g, torch.Tensor) or g.shape != r.shape or not torch.allclose(
+                    g.to(r.dtype), r, rtol=1e-6, atol=1e-9):
+                name = f"`{ex.args[i]}`" if i < len(ex.args) else f"argument {i + 1}"
+                return (f"the values are right, but the gradient with respect to {name} is not: part of your "
+                        f"computation is cut from autograd (.detach(), .data, a statistic computed under "
+                        f"torch.no_grad(), .item()), so backpropagation through it would be wrong. Keep every "
+                        f"step a tensor operation on the inputs.")
+    return None
+
+
 # --------------------------------------------------------------------------- judging
 
 
@@ -595,6 +664,10 @@ def _judge(ex: Exercise, cases: list[tuple], outcome: Outcome) -> Verdict:
                        f"compute new tensors instead of using -=, exp_(), masked_fill_() or an indexed assignment.")
     if problem is not None:  # a type, structure or dtype the reference does not have
         return Verdict(ex.name, FAIL, f"✗ {t}: {problem}{'' if problem.endswith('?') else '.'}")
+    if right and ex.grad_args and outcome.grads:
+        problem = _gradient_problem(ex, cases, outcome.grads)
+        if problem:
+            return Verdict(ex.name, FAIL, f"✗ {t}: {problem}")
     if right:
         on = f"all {len(cases)} test inputs" if len(cases) > 1 else "the test input"
         return Verdict(ex.name, PASS, f"✓ {t}: correct on {on}.")
@@ -614,6 +687,11 @@ def _explain(ex: Exercise, cases: list[tuple], read: list, refs: list) -> str:
     if text:
         return text
     if ex.exact_dtype and _float32_round_trip(read, refs):
+        half = next((name for dt, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16"))
+                     if _round_trip(read, refs, dt)), None)
+        if half:
+            return (f"wrong values: every value is a {half} number, so your function computed in half precision "
+                    f"({half}, .half() or autocast) and cast back. Hint: {HALF_HINT}")
         return (f"wrong values: every value is a float32 number, so your function computed in float32 and cast "
                 f"back. Hint: {FLOAT32_HINT}")
     for out, ref in zip(read, refs):
@@ -628,19 +706,28 @@ FLOAT32_HINT = ("keep the inputs' float64 dtype throughout — avoid .float() an
                 "tensors with dtype=x.dtype; float32 is off by ~1e-7, far outside the tolerance.")
 
 
+HALF_HINT = ("keep the inputs' float64 dtype throughout — no .half(), torch.float16 or torch.bfloat16; half "
+             "precision keeps about 3 significant digits, far outside the tolerance.")
+
+
 def _float32_round_trip(read: list, refs: list) -> bool:
     """Are all the float64 outputs float32 numbers (while the reference's are not)? A float64
     computation lands on a float32 number by chance about once in 2**29 values, so on a few dozen
     values this is a deterministic sign of a float32 computation cast back to float64."""
+    return _round_trip(read, refs, torch.float32)
+
+
+def _round_trip(read: list, refs: list, dtype: torch.dtype) -> bool:
+    """Are all the float64 outputs numbers of ``dtype`` (while the reference's are not)?"""
     outs = [o for out in read for o in _leaves(out) if isinstance(o, torch.Tensor) and o.dtype == torch.float64]
     rs = [r for ref in refs for r in _leaves(ref) if isinstance(r, torch.Tensor) and r.dtype == torch.float64]
 
-    def float32_numbers(ts):
+    def numbers_of_dtype(ts):
         vals = torch.cat([t.reshape(-1) for t in ts]) if ts else torch.zeros(0, dtype=torch.float64)
         vals = vals[torch.isfinite(vals) & (vals != 0)]
-        return vals.numel() >= 8 and bool((vals.float().double() == vals).all())
+        return vals.numel() >= 8 and bool((vals.to(dtype).double() == vals).all())
 
-    return float32_numbers(outs) and not float32_numbers(rs)
+    return numbers_of_dtype(outs) and not numbers_of_dtype(rs)
 
 
 def _judge_error(ex: Exercise, cases: list[tuple], outcome: Outcome) -> Verdict:
@@ -729,6 +816,8 @@ def check(name: str, fn: Callable, seed: int = 0) -> Verdict:
         cases = cases_for(ex, seed)
         outcome, calls = _watched_run(ex, fn, cases)
         verdict = judge(ex, cases, outcome)
+        if calls and not verdict.passed and outcome.grads:   # right values from the library: say so first
+            verdict = judge(ex, cases, replace(outcome, grads=None))
         if verdict.passed and calls:
             verdict = Verdict(name, FAIL, f"✗ {ex.title}: the outputs are right, but they come from "
                                           f"{', '.join(calls[:3])}, the library's own answer. Write it "
@@ -748,6 +837,6 @@ def _watched_run(ex: Exercise, fn: Callable, cases: list[tuple]) -> tuple[Outcom
     def watched(*args):
         return profiler.call(fn, args)
 
-    outcome = run_cases(watched, cases)
+    outcome = with_gradients(ex, watched, cases, run_cases(watched, cases))
     calls = _nbrun._library_identity(fn)
     return outcome, calls + [h for h in profiler.hits if h not in calls]

@@ -507,7 +507,10 @@ def _check_record(rec) -> None:
           and all(isinstance(f, str) for f in rec.get("tampering", []))
           and type(rec.get("seconds", 0.0)) in (int, float)
           and (rec.get("count") is None or type(rec.get("count")) is int)
-          and isinstance(rec.get("what", ""), str))
+          and isinstance(rec.get("what", ""), str)
+          and (rec.get("grads") is None or (isinstance(rec["grads"], list) and all(
+              g is None or (isinstance(g, str) and g == "cut") or (isinstance(g, list) and all(isinstance(t, torch.Tensor) for t in g))
+              for g in rec["grads"]))))
     if not ok:
         raise TypeError("a field of the wrong type")
 
@@ -625,7 +628,8 @@ def _verdict(name: str, rec: dict, cases: list, cell: int | None, cell_error: tu
     excerpt = _excerpt(error[0], error[1], where) if error else (_excerpt(*cell_error) if cell_error else "")
     if error and error[0] == "TimeoutError":
         return TIMEOUT, f"✗ {title}: {error[1]}.", excerpt, ""
-    outcome = checks.Outcome(outputs=rec.get("outputs") or [], error=error, mutated=list(rec.get("mutated") or []))
+    outcome = checks.Outcome(outputs=rec.get("outputs") or [], error=error, mutated=list(rec.get("mutated") or []),
+                             grads=rec.get("grads"))
     v = checks.judge(ex, cases, outcome)
     flags, tampering = list(rec.get("flags") or []), list(rec.get("tampering") or [])
     if flags or tampering:
