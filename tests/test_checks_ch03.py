@@ -842,6 +842,12 @@ WRONG = [
     ("block_forward", learner_block(parallel="norm_sum"), "the parallel block returns the raw sum"),
     ("block_params", lambda d_model, n_heads, d_ff: counting()(d_model, n_heads, d_ff) - d_ff + d_model,
      "b_1 has d_ff numbers, not d_model"),
+    ("block_params", lambda d_model, n_heads, d_ff: counting()(d_model, n_heads, d_ff) - d_ff + 4 * d_model,
+     "you counted 4·d_model, which is d_ff only when"),
+    ("absolute_value_ffn", ffn_returning(t([[1.0, 0.0], [-1.0, 0.0]]), t([0.0, 0.0]), t([[0.0, 1.0], [0.0, 1.0]]),
+                                         t([0.0, 0.0])), "W_1 is transposed: x W_1 multiplies x by each COLUMN"),
+    ("absolute_value_ffn", ffn_returning(t([[1.0, -1.0], [0.0, 0.0]]), t([0.0, 0.0]), t([[0.0, 0.0], [1.0, 1.0]]),
+                                         t([0.0, 0.0])), "W_2 is transposed: row j of W_2"),
     ("block_params", lambda d_model, n_heads, d_ff: counting()(d_model, n_heads, d_ff) - 3 * d_model ** 2
      + 3 * d_model * (d_model // n_heads), "you counted W_Q, W_K and W_V as (d_model, d_head)"),
 ]

@@ -652,3 +652,27 @@ def test_with_tiny_gpt():
     sampled = generate(model, idx, 12, top_p=0.9, temperature=0.8,
                        generator=torch.Generator().manual_seed(0))
     assert ((sampled >= 0) & (sampled < 17)).all()
+
+
+def test_decoding_settings_are_generates_and_are_restored():
+    """One thread and no oneDNN for a small cached step, oneDNN off only for an uncached one or a
+    wide model; everything restored after, even after an error."""
+    from tinyformer.model import GPT, GPTConfig
+    from tinyformer.sampling import decoding_settings
+
+    small = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, d_model=16))
+    wide = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, d_model=384))
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    threads, mkldnn = torch.get_num_threads(), torch.backends.mkldnn.enabled
+    torch.set_num_threads(2)
+    try:
+        for model, cached, one in ((small, True, True), (small, False, False), (wide, True, False)):
+            with decoding_settings(model, idx, cached):
+                assert torch.backends.mkldnn.enabled is False
+                assert torch.get_num_threads() == (1 if one else 2)
+            assert torch.get_num_threads() == 2 and torch.backends.mkldnn.enabled == mkldnn
+        with pytest.raises(RuntimeError), decoding_settings(small, idx, True):
+            raise RuntimeError("inside")
+        assert torch.get_num_threads() == 2 and torch.backends.mkldnn.enabled == mkldnn
+    finally:
+        torch.set_num_threads(threads)

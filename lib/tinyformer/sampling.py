@@ -242,7 +242,7 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int,
     model.eval()        # no dropout while decoding
     try:
         # inference mode: no autograd bookkeeping at all, less per-call work
-        with torch.inference_mode(), _small_kernels(model, idx, cached):
+        with torch.inference_mode(), decoding_settings(model, idx, cached):
             if cached:
                 out = _generate_cached(model, idx, max_new_tokens,
                                        block_size, sampling)
@@ -255,8 +255,9 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int,
 
 
 @contextmanager
-def _small_kernels(model, idx, cached: bool):
-    """Settings for the many small kernels of decoding, restored after.
+def decoding_settings(model, idx, cached: bool):
+    """The settings ``generate`` decodes under, restored after: for the many
+    small kernels of decoding (use it to time a step as ``generate`` runs it).
     oneDNN is switched off: its exact GELU costs a fixed ~6 µs a call on
     the CPU, ATen's own ~1 µs at this size. A cached step multiplies one
     row per sequence, too little work to share between threads, so it

@@ -376,6 +376,10 @@ ABS_TRANSPOSED = ("your matrices work in the column-vector convention (W @ x): h
 ABS_FEATURE0 = ("|a| went into feature 0 and feature 1 stays 0: the FFN must leave feature 0 alone (the residual "
                 "already carries a there) and write |a| into feature 1, the second column of W_2.")
 ABS_NONFINITE = "your matrices contain NaN or inf: every weight must be a finite number."
+ABS_W1_ROWS = ("W_1 is transposed: x W_1 multiplies x by each COLUMN of W_1, so column j is what hidden unit j "
+               "reads (W_1[:, j]); yours holds each unit's weights in a row. Transpose W_1.")
+ABS_W2_COLUMNS = ("W_2 is transposed: row j of W_2 is what hidden unit j writes into the two features "
+                  "(W_2[j, :]); yours holds each unit's write in a column. Transpose W_2.")
 
 
 def _diagnose_abs(cases, outputs, refs):
@@ -387,6 +391,10 @@ def _diagnose_abs(cases, outputs, refs):
     problem = _abs_shape_problem(W_1, b_1, W_2, b_2)
     if problem is not None:
         return f"{problem}: vectors are rows here, FFN(x) = relu(x W_1 + b_1) W_2 + b_2 with x of shape (1, 2)."
+    if W_1.shape[1] == 2 and _abs_works(W_1.T, b_1, W_2, b_2):      # square: a transposed W_1 still fits
+        return f"wrong output. Hint: {ABS_W1_ROWS}"
+    if W_1.shape[1] == 2 and _abs_works(W_1, b_1, W_2.T, b_2):
+        return f"wrong output. Hint: {ABS_W2_COLUMNS}"
     stream, a = ffn_stream(W_1, b_1, W_2, b_2), ABS_GRID
 
     def equals(first, second):
@@ -410,7 +418,8 @@ register(Exercise(
     item_names=("W_1", "b_1", "W_2", "b_2"), exact_dtype=False, accept_lists=True, check_shapes=False,
     integers_for_floats=False,     # x @ W_1 with float x raises for an integer W_1
     compare=_abs_ok, diagnose=_diagnose_abs,
-    diagnose_hints=(ABS_NO_RESIDUAL, ABS_RELU_ONLY, ABS_SIGN, ABS_TRANSPOSED, ABS_FEATURE0, ABS_NONFINITE),
+    diagnose_hints=(ABS_NO_RESIDUAL, ABS_RELU_ONLY, ABS_SIGN, ABS_TRANSPOSED, ABS_FEATURE0, ABS_NONFINITE,
+                    ABS_W1_ROWS, ABS_W2_COLUMNS),
     generic_hint="write the hidden units relu(a) and relu(-a) (columns of W_1), then add both into feature 1 "
                  "(rows of W_2); feature 0 of FFN(x) must be 0, since the residual keeps a.",
 ))
@@ -860,6 +869,9 @@ register(Exercise(
         (lambda d, H, f: _count(d, H, f) - d * d,
          "you are d_model² short: one of the four (d_model, d_model) projection matrices is missing (W_O, "
          "the output projection, is the one usually forgotten)."),
+        (lambda d, H, f: _count(d, H, f) - f + 4 * d,
+         "b_1 has d_ff numbers, one per hidden unit: you counted 4·d_model, which is d_ff only when "
+         "d_ff = 4·d_model."),
         (lambda d, H, f: _count(d, H, f) - f + d,
          "b_1 has d_ff numbers, not d_model: it is added to the FFN's hidden layer, one per hidden unit."),
         (lambda d, H, f: _count(d, H, f) - 3 * d * d + 3 * d * (d // H),
