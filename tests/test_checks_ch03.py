@@ -199,6 +199,10 @@ def learner_pre(x, attn, ffn, ln_1, ln_2, slip):
     if slip == "right":
         x = x + attn(ln_1(x))
         x = x + ffn(ln_2(x))
+    elif slip == "index_0":                                     # the tuple habit of nn.MultiheadAttention
+        out = attn(ln_1(x))
+        x = x + out[0]
+        x = x + ffn(ln_2(x))
     elif slip == "post_formula":
         x = learner_post(x, attn, ffn, ln_1, ln_2, "right")
     elif slip == "parallel_formula":
@@ -239,6 +243,9 @@ def learner_post(x, attn, ffn, ln_1, ln_2, slip):
     """A learner's post-norm branch with the slip ``slip``."""
     if slip == "right":
         x = ln_1(x + attn(x))
+        x = ln_2(x + ffn(x))
+    elif slip == "index_0":
+        x = ln_1(x + attn(x)[0])
         x = ln_2(x + ffn(x))
     elif slip == "pre_formula":
         x = learner_pre(x, attn, ffn, ln_1, ln_2, "right")
@@ -282,6 +289,8 @@ def learner_parallel(x, attn, ffn, ln_1, ln_2, slip):
     """A learner's parallel branch with the slip ``slip``."""
     if slip == "right":
         return x + attn(ln_1(x)) + ffn(ln_2(x))
+    if slip == "index_0":
+        return x + attn(ln_1(x))[0] + ffn(ln_2(x))
     if slip == "pre_formula":                                   # done sequentially
         return learner_pre(x, attn, ffn, ln_1, ln_2, "right")
     if slip == "post_formula":
@@ -575,6 +584,13 @@ def rms_half_statistics(x, gain, eps=1e-6):
     return (h * torch.rsqrt((h ** 2).mean(-1, keepdim=True) + eps)).double() * gain
 
 
+def block_pre_float32(x, attn, ffn, ln_1, ln_2, norm):
+    if norm == "pre":
+        h = x + attn(ln_1(x)).float().double()                    # a float32 round trip in one branch
+        return h + ffn(ln_2(h))
+    return learner_block()(x, attn, ffn, ln_1, ln_2, norm)
+
+
 def block_attention_detached(x, attn, ffn, ln_1, ln_2, norm):
     if norm == "pre":
         h = x + attn(ln_1(x)).detach()
@@ -741,8 +757,8 @@ WRONG = [
     ("block_params", counting(ffn_bias=False), "the feed-forward network's biases are missing"),
     ("block_params", counting(norms=3), "you counted three layer norms"),
     ("block_params", params_with_ln_f, "you counted three layer norms"),
-    ("block_params", counting(per_norm=1), "short by 2·d_model"),
-    ("block_params", counting(norms=1), "short by 2·d_model"),
+    ("block_params", counting(per_norm=1), "you are 2·d_model short: either the layer norms"),
+    ("block_params", counting(norms=1), "you are 2·d_model short: either the layer norms"),
     ("block_params", counting(attn_bias=False, ffn_bias=False, norms=0), "the weight matrices only"),
     ("block_params", counting(per_head=True), "once per head"),
     ("block_params", counting(four_d=True), "you assumed d_ff = 4·d_model"),
@@ -844,6 +860,20 @@ WRONG = [
      "b_1 has d_ff numbers, not d_model"),
     ("block_params", lambda d_model, n_heads, d_ff: counting()(d_model, n_heads, d_ff) - d_ff + 4 * d_model,
      "you counted 4·d_model, which is d_ff only when"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var() + eps) * gain
+     + bias, "ONE variance of the whole tensor"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True))
+     * (x.var(-1, keepdim=True, unbiased=False).rsqrt() + eps) * gain + bias, "eps was added after rsqrt"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True))
+     / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) * (1 + eps) + eps) * gain + bias,
+     "for each token: mean and biased variance"),
+    ("rms_norm", lambda x, gain, eps=1e-6: torch.nn.functional.normalize(x, dim=-1, eps=eps) * x.shape[-1] ** 0.5
+     * gain, "F.normalize(x) * √d is RMS norm with eps as a floor"),
+    ("block_forward", learner_block(pre="index_0"), "attn(...)[0]"),
+    ("block_forward", learner_block(post="index_0"), "attn(...)[0]"),
+    ("block_forward", learner_block(parallel="index_0"), "attn(...)[0]"),
+    ("block_forward", block_pre_float32, "right to float32's precision (~1e-7) only for norm='pre'"),
+
     ("absolute_value_ffn", ffn_returning(t([[1.0, 0.0], [-1.0, 0.0]]), t([0.0, 0.0]), t([[0.0, 1.0], [0.0, 1.0]]),
                                          t([0.0, 0.0])), "W_1 is transposed: x W_1 multiplies x by each COLUMN"),
     ("absolute_value_ffn", ffn_returning(t([[1.0, -1.0], [0.0, 0.0]]), t([0.0, 0.0]), t([[0.0, 0.0], [1.0, 1.0]]),

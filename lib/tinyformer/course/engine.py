@@ -220,6 +220,9 @@ def _answer_key(obj, dotted: str, keys: dict[str, list], check_name: bool) -> No
         keys["code"].append((tail, code.co_firstlineno, code.co_name, dotted))
     elif isinstance(obj, types.BuiltinFunctionType) and getattr(obj, "__module__", None):
         keys["builtin"].append((obj.__module__, obj.__name__, dotted))
+    elif isinstance(getattr(obj, "_qualified_op_name", None), str):   # torch.ops.aten.<name>: an operator
+        namespace, name = obj._qualified_op_name.split("::")
+        keys["builtin"].append(("torch" if namespace == "aten" else namespace, name, dotted))
     else:
         raise ValueError(f"library_answers: {dotted!r} is {describe(obj)}, not a function")
 
