@@ -869,6 +869,14 @@ WRONG = [
      "for each token: mean and biased variance"),
     ("rms_norm", lambda x, gain, eps=1e-6: torch.nn.functional.normalize(x, dim=-1, eps=eps) * x.shape[-1] ** 0.5
      * gain, "F.normalize(x) * √d is RMS norm with eps as a floor"),
+    ("layer_norm", learner_ln(eps_value=1e-12), "the one for eps = 1e-12"),
+    ("rms_norm", learner_rms(eps_value=1e-8), "the one for eps = 1e-08"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True))
+     / math.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * gain + bias, "math.sqrt (or float(...))"),
+    ("rms_norm", lambda x, gain, eps=1e-6: x / math.sqrt((x ** 2).mean(-1, keepdim=True) + eps) * gain,
+     "math.sqrt (or float(...))"),
+    ("block_forward", block_with(pre=lambda x, attn, ffn, ln_1, ln_2: (lambda h: h + ffn(ln_2(h)))(ln_1(x) + attn(ln_1(x)))),
+     "in the attention half you replaced the stream"),
     ("block_forward", learner_block(pre="index_0"), "attn(...)[0]"),
     ("block_forward", learner_block(post="index_0"), "attn(...)[0]"),
     ("block_forward", learner_block(parallel="index_0"), "attn(...)[0]"),

@@ -206,6 +206,23 @@ def _by_length(x, gain, bias, eps, with_eps):
     return c / torch.sqrt(c.pow(2).sum(dim=-1, keepdim=True) + (eps if with_eps else 0.0)) * gain + bias
 
 
+EPS_FIXED = ("the eps argument is ignored: your output is the one for eps = {eps:g} whatever eps is passed. Use the "
+             "eps you are given.")
+_FIXED_EPS = (0.0, 1e-12, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+
+
+def _fixed_eps(cases, outputs, fn) -> str | None:
+    """The hint for an answer that computes ``fn`` with a hard-coded eps, whatever eps is passed."""
+    for eps in _FIXED_EPS:
+        try:
+            if all(o.shape == case[0].shape and torch.allclose(o, fn(*case[:-1], eps), rtol=1e-9, atol=1e-12)
+                   for case, o in zip(cases, outputs)):
+                return f"wrong output. Hint: {EPS_FIXED.format(eps=eps)}"
+        except RuntimeError:
+            continue
+    return None
+
+
 def _diagnose_ln(cases, outputs, refs):
     """Values right to float32's precision but not to float64's: a float32 step inside (x.float()
     with a float64 gain and bias brings the result back to float64, so the dtype looks right).
@@ -215,6 +232,9 @@ def _diagnose_ln(cases, outputs, refs):
         if all(o.shape == r.shape and torch.allclose(o, _by_length(*case, with_eps), rtol=1e-9, atol=1e-12)
                for case, o, r in zip(cases, outputs, refs)):
             return f"wrong output. Hint: {LN_LENGTH}"
+    fixed = _fixed_eps(cases, outputs, lambda x, gain, bias, eps: F.layer_norm(x, (x.shape[-1],), gain, bias, eps))
+    if fixed:
+        return fixed
     if _float32_round_trip(outputs, refs):
         return None
     if all(bool(torch.allclose(o, r, rtol=1e-5, atol=1e-5)) for o, r in zip(outputs, refs)):
@@ -224,33 +244,33 @@ def _diagnose_ln(cases, outputs, refs):
     return None
 
 
+# Normalisations under any name: each computes layer norm (the statistics read along another axis of a
+# reshaped x, or RMS norm of the centred x) and RMS norm (any of them applied to [x, -x], whose mean is 0),
+# so each is a library answer to both exercises. PyTorch's own references (torch._refs, torch._decomp) and
+# its operators (torch.ops.aten) are listed beside the public functions.
+NORM_KERNELS = (
+    "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
+    "torch._refs.native_layer_norm",
+    "torch.nn.functional.rms_norm", "torch.rms_norm", "torch._fused_rms_norm",
+    "torch._decomp.decompositions._fused_rms_norm",
+    "torch.nn.functional.group_norm", "torch.group_norm", "torch.native_group_norm",
+    "torch._refs.native_group_norm",
+    "torch.nn.functional.instance_norm", "torch.instance_norm",
+    "torch.nn.functional.batch_norm", "torch.batch_norm", "torch.native_batch_norm",
+    "torch._batch_norm_impl_index", "torch._native_batch_norm_legit",
+    "torch._native_batch_norm_legit_no_training",
+    "torch._decomp.decompositions.native_batch_norm", "torch._decomp.decompositions._native_batch_norm_legit",
+    "torch._decomp.decompositions._batch_norm_with_update",
+    "torch._decomp.decompositions._native_batch_norm_legit_functional",
+    "torch.ops.aten._native_batch_norm_legit_functional", "torch.ops.aten._batch_norm_with_update",
+    "torch.ops.aten._batch_norm_no_update",
+)
+
+
 register(Exercise(
     name="layer_norm", number="3.1", function="layer_norm", chapter=CHAPTER, args=("x", "gain", "bias", "eps"),
     grad_args=(0, 1, 2),
-    library_answers=(
-        "tinyformer.blocks.LayerNorm",
-        "torch.nn.functional.layer_norm",
-        "torch.nn.LayerNorm",
-        "torch.layer_norm",
-        "torch.native_layer_norm",
-        "torch.nn.functional.group_norm",   # one group: layer norm under another name
-        "torch.group_norm",
-        "torch.nn.functional.instance_norm",   # the same statistics, read along another axis
-        "torch.instance_norm",
-        "torch.nn.functional.batch_norm",
-        "torch.batch_norm",
-        "torch.nn.functional.rms_norm",   # of the centred x: layer norm again
-        "torch.rms_norm",
-        "torch._fused_rms_norm",
-        "torch.native_batch_norm",
-        "torch.native_group_norm",
-        "torch._refs.native_layer_norm",   # PyTorch's own reference implementation, in Python
-        "torch._batch_norm_impl_index",
-        "torch._native_batch_norm_legit",
-        "torch._native_batch_norm_legit_no_training",
-        "torch.ops.aten._native_batch_norm_legit_functional",
-        "torch._decomp.decompositions._fused_rms_norm",
-    ),
+    library_answers=("tinyformer.blocks.LayerNorm", "torch.nn.LayerNorm", *NORM_KERNELS),
     make_cases=_layer_norm_cases,
     reference=lambda x, gain, bias, eps=1e-5: F.layer_norm(x, (x.shape[-1],), gain, bias, eps),
     returns="the normalised tensor, shaped like x",
@@ -335,7 +355,10 @@ register(Exercise(
                   "number of leading axes (the check passes (T, d) too): use dim=-1, the last axis."),
                  (IndexError, r"tuple index out of range",
                   "you read a size by its axis number (x.shape[2], say), which exists only for 3-D inputs; x may "
-                  "have any number of leading axes (the check passes (T, d) too): d = x.shape[-1].")],
+                  "have any number of leading axes (the check passes (T, d) too): d = x.shape[-1]."),
+                 (ValueError, r"only one element tensors can be converted",
+                  "math.sqrt (or float(...)) takes a single number, and your statistics are a tensor, one per "
+                  "token: use torch.sqrt (or torch.rsqrt), which works element by element.")],
     diagnose=_diagnose_ln, diagnose_hints=(LN_FLOAT32, LN_LENGTH, LN_HALF),
     generic_hint="for each token: mean and biased variance over the last axis (keepdim=True), "
                  "x_hat = (x - mean) / sqrt(var + eps), then x_hat * gain + bias. Compare with "
@@ -551,6 +574,10 @@ def _compute(form: str, x, attn, ffn, ln_1, ln_2):
         h = h + attn(h)
         h = ln_2(h)
         return h + ffn(h)
+    if form == "pre/normed_stream_attn":                 # h = ln_1(x); h = h + attn(h); FFN half right
+        h = ln_1(x)
+        h = h + attn(h)
+        return h + ffn(ln_2(h))
     if form == "pre/no_residual":
         return ffn(ln_2(attn(ln_1(x))))
     if form == "post/no_residual":
@@ -615,6 +642,9 @@ BLOCK_SLIPS = {
         ("normed_stream", "pre-norm: you replaced the stream by its normalised version (x = ln_1(x), then "
                           "x + attn(x)). Normalise only the sublayer's input and add to the un-normalised stream: "
                           "x = x + attn(ln_1(x))."),
+        ("normed_stream_attn", "pre-norm: in the attention half you replaced the stream by its normalised "
+                               "version (h = ln_1(x), then h + attn(h)), so the skip carries ln_1(x), not x. "
+                               "Normalise only attention's input: x = x + attn(ln_1(x))."),
         ("no_residual", "for norm='pre' the residual additions are missing: each sublayer's output is ADDED to "
                         "the stream, x = x + attn(ln_1(x)); x = x + ffn(ln_2(x))."),
         ("ln_1_twice", "for norm='pre', ln_1 was used twice: the FFN has its own layer norm, x + ffn(ln_2(x))."),
@@ -970,6 +1000,9 @@ def _by_std(x, g, eps, unbiased, where):
 
 
 def _diagnose_rms(cases, outputs, refs):
+    fixed = _fixed_eps(cases, outputs, lambda x, gain, eps: F.rms_norm(x, (x.shape[-1],), gain, eps))
+    if fixed:
+        return fixed
     for unbiased in (False, True):
         for where in ("inside", "outside", "none"):
             if all(o.shape == x.shape and torch.allclose(o, _by_std(x, g, eps, unbiased, where), rtol=1e-9,
@@ -995,14 +1028,7 @@ def _diagnose_rms(cases, outputs, refs):
 register(Exercise(
     name="rms_norm", number="", function="rms_norm", chapter=CHAPTER, args=("x", "gain", "eps"), drill=True,
     grad_args=(0, 1),
-    library_answers=("tinyformer.blocks.RMSNorm", "torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch.rms_norm",
-                     "torch._fused_rms_norm", "torch.nn.functional.layer_norm", "torch.layer_norm",
-                     "torch.native_layer_norm", "torch.native_batch_norm", "torch.batch_norm",
-                     "torch.native_group_norm", "torch.group_norm", "torch.instance_norm",
-                     "torch._refs.native_layer_norm", "torch._batch_norm_impl_index",
-                     "torch._native_batch_norm_legit", "torch._native_batch_norm_legit_no_training",
-                     "torch.ops.aten._native_batch_norm_legit_functional",
-                     "torch._decomp.decompositions._fused_rms_norm"),
+    library_answers=("tinyformer.blocks.RMSNorm", "torch.nn.RMSNorm", *NORM_KERNELS),
     make_cases=_rms_norm_cases,
     reference=lambda x, gain, eps=1e-6: F.rms_norm(x, (x.shape[-1],), gain, eps),
     returns="the normalised tensor, shaped like x",
@@ -1079,7 +1105,10 @@ register(Exercise(
                   "any number of leading axes: use dim=-1, the last axis."),
                  (IndexError, r"tuple index out of range",
                   "you read a size by its axis number (x.shape[2], say), which exists only for 3-D inputs; x may "
-                  "have any number of leading axes: d = x.shape[-1].")],
+                  "have any number of leading axes: d = x.shape[-1]."),
+                 (ValueError, r"only one element tensors can be converted",
+                  "math.sqrt (or float(...)) takes a single number, and your statistics are a tensor, one per "
+                  "token: use torch.sqrt (or torch.rsqrt), which works element by element.")],
     diagnose=_diagnose_rms, diagnose_hints=(RMS_ABS, RMS_FLOAT32, RMS_STD, LN_HALF),
     generic_hint="x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * gain; compare with "
                  "torch.nn.functional.rms_norm(x, (d,), gain, eps) on a small input.",
