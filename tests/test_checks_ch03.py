@@ -875,8 +875,8 @@ WRONG = [
      / math.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * gain + bias, "math.sqrt (or float(...))"),
     ("rms_norm", lambda x, gain, eps=1e-6: x / math.sqrt((x ** 2).mean(-1, keepdim=True) + eps) * gain,
      "math.sqrt (or float(...))"),
-    ("block_forward", block_with(pre=lambda x, attn, ffn, ln_1, ln_2: (lambda h: h + ffn(ln_2(h)))(ln_1(x) + attn(ln_1(x)))),
-     "in the attention half you replaced the stream"),
+    ("block_forward", block_with(pre=lambda x, attn, ffn, ln_1, ln_2: (lambda h: h + ffn(ln_2(h)))(
+        ln_1(x) + attn(ln_1(x)))), "in the attention half you replaced the stream"),
     ("block_forward", learner_block(pre="index_0"), "attn(...)[0]"),
     ("block_forward", learner_block(post="index_0"), "attn(...)[0]"),
     ("block_forward", learner_block(parallel="index_0"), "attn(...)[0]"),

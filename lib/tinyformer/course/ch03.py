@@ -631,6 +631,10 @@ def _block(pre="pre", post="post", parallel="parallel"):
     return wrong
 
 
+BLOCK_INDEX_0 = ("you indexed attention's output, attn(...)[0], as for nn.MultiheadAttention or Hugging Face "
+                 "layers, which return a tuple: these modules return the output tensor itself, and [0] takes the "
+                 "batch's first sequence (which then broadcasts over the batch). Use attn(ln_1(x)) as it is.")
+
 # The slips of one placement: {placement: [(slip, hint)]}. Each is registered alone (the other
 # placements right), and _diagnose_block names them when several placements are wrong at once.
 BLOCK_SLIPS = {
@@ -657,7 +661,7 @@ BLOCK_SLIPS = {
                         "x = x + ffn(ln_2(x)), as attention reads ln_1(x)."),
         ("ffn_no_residual", "for norm='pre', the FFN's output replaced the stream: it is ADDED, "
                             "x = x + ffn(ln_2(x)), like attention's."),
-        ("index_0", "for norm='pre', "+"you indexed attention's output, attn(...)[0], as for nn.MultiheadAttention or Hugging Face layers, which return a tuple: these modules return the output tensor itself, and [0] takes the batch's first sequence (which then broadcasts over the batch). Use attn(ln_1(x)) as it is."),
+        ("index_0", "for norm='pre', " + BLOCK_INDEX_0),
         ("final_norm", "for norm='pre', your block normalised its output with ln_2: a pre-norm block returns the "
                        "raw stream, x + ffn(ln_2(x)); only the stack's final ln_f normalises the top."),
     ],
@@ -684,7 +688,7 @@ BLOCK_SLIPS = {
                          "first and normalises the sum, ln_2(h + ffn(h))."),
         ("sandwich", "for norm='post', you normalised each sublayer's input as well as the sum: post-norm "
                      "sublayers read the raw stream, ln_1(x + attn(x)), not attn(ln_1(x))."),
-        ("index_0", "for norm='post', "+"you indexed attention's output, attn(...)[0], as for nn.MultiheadAttention or Hugging Face layers, which return a tuple: these modules return the output tensor itself, and [0] takes the batch's first sequence (which then broadcasts over the batch). Use attn(ln_1(x)) as it is."),
+        ("index_0", "for norm='post', " + BLOCK_INDEX_0),
         ("pre_ffn", "for norm='post', the first half is post-norm but the FFN's half is pre-norm, h + ffn(ln_2(h)): "
                     "post-norm adds first and normalises the sum, ln_2(h + ffn(h))."),
         ("norm_inside_ffn", "for norm='post', the FFN's output was normalised before adding it, h + ln_2(ffn(h)): "
@@ -709,7 +713,7 @@ BLOCK_SLIPS = {
                         "outputs, x + attn(ln_1(x)) + ffn(ln_2(x))."),
         ("averaged", "for norm='parallel', the two writes were averaged: both are ADDED in full, "
                      "x + attn(ln_1(x)) + ffn(ln_2(x)), as in every block."),
-        ("index_0", "for norm='parallel', "+"you indexed attention's output, attn(...)[0], as for nn.MultiheadAttention or Hugging Face layers, which return a tuple: these modules return the output tensor itself, and [0] takes the batch's first sequence (which then broadcasts over the batch). Use attn(ln_1(x)) as it is."),
+        ("index_0", "for norm='parallel', " + BLOCK_INDEX_0),
         ("post_sum", "for norm='parallel' you normalised the sum, ln_1(x + attn(x) + ffn(x)), as a post-norm block "
                  "would: the parallel block normalises each sublayer's input and adds to the raw x, "
                  "x + attn(ln_1(x)) + ffn(ln_2(x))."),

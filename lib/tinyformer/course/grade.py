@@ -493,6 +493,12 @@ def _str_pair(x) -> bool:
     return isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(e, str) for e in x)
 
 
+def _grads_item(g) -> bool:
+    """One case's gradients as the harvest writes them: None, "cut", or a list of tensors."""
+    return g is None or (isinstance(g, str) and g == "cut") or (
+        isinstance(g, list) and all(isinstance(t, torch.Tensor) for t in g))
+
+
 def _check_record(rec) -> None:
     """Raise TypeError unless ``rec`` is a record the harvest could have written."""
     if not isinstance(rec, dict) or not isinstance(rec.get("found"), bool):
@@ -508,9 +514,7 @@ def _check_record(rec) -> None:
           and type(rec.get("seconds", 0.0)) in (int, float)
           and (rec.get("count") is None or type(rec.get("count")) is int)
           and isinstance(rec.get("what", ""), str)
-          and (rec.get("grads") is None or (isinstance(rec["grads"], list) and all(
-              g is None or (isinstance(g, str) and g == "cut") or (isinstance(g, list) and all(isinstance(t, torch.Tensor) for t in g))
-              for g in rec["grads"]))))
+          and (rec.get("grads") is None or (isinstance(rec["grads"], list) and all(map(_grads_item, rec["grads"])))))
     if not ok:
         raise TypeError("a field of the wrong type")
 
