@@ -208,7 +208,8 @@ def _by_length(x, gain, bias, eps, with_eps):
 
 EPS_FIXED = ("the eps argument is ignored: your output is the one for eps = {eps:g} whatever eps is passed. Use the "
              "eps you are given.")
-_FIXED_EPS = (0.0, 1e-12, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+_FIXED_EPS = (0.0, 1e-12, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3,
+              torch.finfo(torch.float32).eps, torch.finfo(torch.float64).eps)   # machine epsilons too
 
 
 def _fixed_eps(cases, outputs, fn) -> str | None:
@@ -264,6 +265,8 @@ NORM_KERNELS = (
     "torch._decomp.decompositions._native_batch_norm_legit_functional",
     "torch.ops.aten._native_batch_norm_legit_functional", "torch.ops.aten._batch_norm_with_update",
     "torch.ops.aten._batch_norm_no_update",
+    "torch._refs._normalize", "torch._decomp.decompositions.native_batch_norm_helper",
+    "torch._decomp.decompositions._native_batch_norm_legit_no_stats",
 )
 
 
@@ -304,7 +307,8 @@ register(Exercise(
                           "sqrt(var + eps)."),
         (_ln(eps_fixed=1e-5), "the eps argument is ignored: your output is the one for eps = 1e-5 whatever eps "
                               "is passed. Use the eps you are given."),
-        (_ln(no_eps=True), "eps is missing: divide by sqrt(var + eps). Without it a token whose features are "
+        (_ln(no_eps=True), "eps is missing (or too small to matter, a machine epsilon, say): divide by "
+                           "sqrt(var + eps) with the eps you are given. Without it a token whose features are "
                            "(almost) equal is divided by (almost) zero."),
         (_ln_uncentred_var, "the variance is the mean of x², not of (x - mean)²: centre x before squaring, "
                             "var = ((x - mean)²).mean(dim=-1, keepdim=True)."),
