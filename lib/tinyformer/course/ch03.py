@@ -148,24 +148,25 @@ LN_LENGTH = ("you divided by the length of the centred vector, sqrt(sum((x - mea
              "over the d features.")
 
 
-def _ln_stats(x, eps):
+def _ln_stats(x):
+    """Mean and biased variance over the last axis (keepdim)."""
     mean = x.mean(dim=-1, keepdim=True)
     return mean, (x - mean).pow(2).mean(dim=-1, keepdim=True)
 
 
 def _ln_eps_after(x, gain, bias, eps=1e-5):          # ((x - mean) / sqrt(var) + eps) * gain + bias
-    mean, var = _ln_stats(x, eps)
+    mean, var = _ln_stats(x)
     return ((x - mean) / torch.sqrt(var) + eps) * gain + bias
 
 
 def _ln_gain_first(x, gain, bias, eps=1e-5):         # normalise x * gain, then add bias
     y = x * gain
-    mean, var = _ln_stats(y, eps)
+    mean, var = _ln_stats(y)
     return (y - mean) / torch.sqrt(var + eps) + bias
 
 
 def _ln_var_clamped(x, gain, bias, eps=1e-5):        # sqrt(var.clamp_min(eps))
-    mean, var = _ln_stats(x, eps)
+    mean, var = _ln_stats(x)
     return (x - mean) / torch.sqrt(var.clamp_min(eps)) * gain + bias
 
 
@@ -182,7 +183,7 @@ def _ln_mean_not_squared(x, gain, bias, eps=1e-5):   # var = E[x²] - E[x]
 
 
 def _ln_eps_times(x, gain, bias, eps=1e-5):          # var * (1 + eps)
-    mean, var = _ln_stats(x, eps)
+    mean, var = _ln_stats(x)
     return (x - mean) / torch.sqrt(var * (1 + eps)) * gain + bias
 
 
