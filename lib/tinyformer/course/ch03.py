@@ -127,6 +127,17 @@ def _ln_root_eps(x, gain, bias, eps=1e-5):
     return c / (torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True)) + eps ** 0.5) * gain + bias
 
 
+def _ln_normalize(x, gain, bias, eps=1e-5):
+    """F.normalize of the centred x, times √d: eps a floor on the length."""
+    return F.normalize(x - x.mean(dim=-1, keepdim=True), dim=-1, eps=eps) * x.shape[-1] ** 0.5 * gain + bias
+
+
+def _ln_eps_in_sum(x, gain, bias, eps=1e-5):
+    """eps added to the sum of squares, then divided by d."""
+    c = x - x.mean(dim=-1, keepdim=True)
+    return c / torch.sqrt((c.pow(2).sum(dim=-1, keepdim=True) + eps) / x.shape[-1]) * gain + bias
+
+
 def _ln_eps_squared(x, gain, bias, eps=1e-5):
     c = x - x.mean(dim=-1, keepdim=True)
     return c / torch.sqrt(c.pow(2).mean(dim=-1, keepdim=True) + eps ** 2) * gain + bias
@@ -135,8 +146,9 @@ def _ln_eps_squared(x, gain, bias, eps=1e-5):
 LN_UNBIASED = ("x.var() and torch.std() divide by d - 1 by default (the unbiased estimate); layer norm uses the "
                "biased variance, the plain mean of (x - mean)² over the d features: x.var(dim=-1, keepdim=True, "
                "unbiased=False).")
-LN_KEEPDIM = ("the mean over the last axis dropped that axis, so it no longer lines up with x: pass keepdim=True "
-              "(x.mean(dim=-1, keepdim=True)), which keeps a size-1 axis that broadcasts over the features.")
+LN_KEEPDIM = ("a statistic over the last axis (the mean, the variance, or both) dropped that axis, so it no longer "
+              "lines up with x: pass keepdim=True to each (x.mean(dim=-1, keepdim=True), and the same for the "
+              "variance), which keeps a size-1 axis that broadcasts over the features.")
 
 LN_FLOAT32 = ("part of your computation ran in float32 (x.float(), torch.float32, or a tensor made without "
               "dtype=x.dtype): the statistics carry float32's ~1e-7 rounding into the float64 result. Keep the "
@@ -347,6 +359,11 @@ register(Exercise(
         (_ln_mean_not_squared, "the variance is E[x²] - E[x]², the mean SQUARED: you subtracted the mean itself. "
                                "Or compute it as the mean of (x - mean)²."),
         (_ln_eps_times, "eps multiplied the variance, var * (1 + eps): it is ADDED, sqrt(var + eps)."),
+        (_ln_normalize, "F.normalize(x - mean) * √d divides by max(||x - mean||, eps): eps becomes a floor on the "
+                        "length instead of being added to the variance. Layer norm divides by sqrt(var + eps), "
+                        "var the mean of (x - mean)²."),
+        (_ln_eps_in_sum, "you added eps to the sum of squares before dividing by d, which adds only eps / d: add "
+                         "it to the variance, the mean, sqrt(sum / d + eps)."),
         (lambda x, gain, bias, eps=1e-5: (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(x.var() + eps) * gain + bias,
          "x.var() with no dim is ONE variance of the whole tensor, and unbiased (divided by n - 1): each token "
          "has its own, x.var(dim=-1, keepdim=True, unbiased=False)."),
@@ -618,6 +635,15 @@ def _compute(form: str, x, attn, ffn, ln_1, ln_2):
     if form == "post/pre_ffn":                           # h = ln_1(x + attn(x)); h + ffn(ln_2(h))
         h = ln_1(x + attn(x))
         return h + ffn(ln_2(h))
+    if form == "pre/attn_dropped":                       # h = x + attn(ln_1(x)); x + ffn(ln_2(h))
+        h = x + attn(ln_1(x))
+        return x + ffn(ln_2(h))
+    if form == "pre/normed_stream_ffn":                  # g = ln_2(h); g + ffn(g): the FFN half's skip normed
+        h = x + attn(ln_1(x))
+        g = ln_2(h)
+        return g + ffn(g)
+    if form == "post/ffn_adds_x":                        # h = ln_1(x + attn(x)); ln_2(x + ffn(h))
+        return ln_2(x + ffn(ln_1(x + attn(x))))
     if form == "post/norm_inside_ffn":                   # h = ln_1(x + attn(x)); h + ln_2(ffn(h))
         h = ln_1(x + attn(x))
         return h + ln_2(ffn(h))
@@ -669,6 +695,11 @@ BLOCK_SLIPS = {
         ("index_0", "for norm='pre', " + BLOCK_INDEX_0),
         ("final_norm", "for norm='pre', your block normalised its output with ln_2: a pre-norm block returns the "
                        "raw stream, x + ffn(ln_2(x)); only the stack's final ln_f normalises the top."),
+        ("attn_dropped", "for norm='pre', attention's write was lost: the FFN's output was added to the block's "
+                         "input x, not to h = x + attn(ln_1(x)). Return h + ffn(ln_2(h))."),
+        ("normed_stream_ffn", "pre-norm: in the FFN half you replaced the stream by its normalised version "
+                              "(g = ln_2(h), then g + ffn(g)), so the skip carries ln_2(h), not h. Normalise only "
+                              "the FFN's input: h + ffn(ln_2(h))."),
     ],
     "post": [
         ("pre", "for norm='post' you computed the pre-norm block: the `norm` argument is not used (or the post "
@@ -698,6 +729,8 @@ BLOCK_SLIPS = {
                     "post-norm adds first and normalises the sum, ln_2(h + ffn(h))."),
         ("norm_inside_ffn", "for norm='post', the FFN's output was normalised before adding it, h + ln_2(ffn(h)): "
                             "post-norm normalises the SUM, ln_2(h + ffn(h))."),
+        ("ffn_adds_x", "for norm='post', the second sum added the FFN's output to the block's input x: it adds it "
+                       "to h = ln_1(x + attn(x)), the input the FFN read, ln_2(h + ffn(h))."),
     ],
     "parallel": [
         ("pre", "for norm='parallel' you computed the sequential pre-norm block: in the parallel block (GPT-NeoX's) "
