@@ -681,6 +681,9 @@ WRONG = [
     ("absolute_value_ffn", ffn_returning(RIGHT_W_1, t([-0.5, 0]), RIGHT_W_2, ZERO_2),
      "at x = (0.1, 0) the stream x + FFN(x) is (0.1, 0); it must be (0.1, 0.1)."),
     ("absolute_value_ffn", lambda: (RIGHT_W_1, RIGHT_W_2), "returned a tuple of 2 items; return a tuple (W_1,"),
+    # 2 relu(a) - relu(a + 10) + 10: |a| for a >= -10 only, a kink beyond the near test points
+    ("absolute_value_ffn", ffn_returning(t([[1, 1], [0, 0]]), t([0, 10]), t([[0, 2], [0, -1]]), t([0, 10])),
+     "at x = (-100000, 0) the stream x + FFN(x) is (-1e+05, 10); it must be (-100000, 100000)."),
     ("absolute_value_ffn", ffn_returning(RIGHT_W_1 > 0, ZERO_2, RIGHT_W_2, ZERO_2), "return real numbers"),
     ("absolute_value_ffn", ffn_returning(RIGHT_W_1, ZERO_2, RIGHT_W_2, None), "b_2 is None"),
     ("absolute_value_ffn", ffn_returning(RIGHT_W_1.long(), ZERO_2.long(), RIGHT_W_2.long(), ZERO_2.long()),
@@ -723,6 +726,16 @@ WRONG = [
      "in the FFN half you replaced the stream by its normalised version"),
     ("block_forward", block_with(post=lambda x, a, f, l1, l2: l2(x + f(l1(x + a(x))))),
      "the second sum added the FFN's output to the block's input x"),
+    ("block_forward", block_with(post=lambda x, a, f, l1, l2: (lambda h: l2(h + f(h)))(x + a(x))),
+     "for norm='post', ln_1 is missing"),
+    ("layer_norm", lambda x, gain, bias, eps=1e-5: (x - x.mean(-1, keepdim=True))
+     / torch.sqrt(x.var(unbiased=False) + eps) * gain + bias, "x.var(unbiased=False) with no dim is ONE variance"),
+    ("block_params", lambda d_model, n_heads, d_ff: 4 * d_model * d_model + 4 * n_heads * d_model
+     + 2 * d_model * d_ff + d_ff + d_model + 4 * d_model, "the attention biases once per head"),
+    ("block_params", lambda d_model, n_heads, d_ff: 3 * d_model * d_model + d_model * (d_model // n_heads)
+     + 2 * d_model * d_ff + 4 * d_model + d_ff + d_model + 4 * d_model, "you counted W_O as (d_model, d_head)"),
+    ("block_params", lambda d_model, n_heads, d_ff: 4 * d_model * d_model + 2 * d_model * d_ff + 4 + 2 + 4,
+     "you counted each bias (and each layer norm's gain and bias) as one number"),
     ("block_forward", block_with(post=lambda x, a, f, l1, l2: (lambda h: l2(h + f(l2(h))))(l1(x + a(l1(x))))),
      "as well as the sum"),
     ("block_forward", block_with(parallel=lambda x, a, f, l1, l2: x + (a(l1(x)) + f(l2(x))) / 2),

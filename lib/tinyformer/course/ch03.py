@@ -364,6 +364,10 @@ register(Exercise(
                         "var the mean of (x - mean)²."),
         (_ln_eps_in_sum, "you added eps to the sum of squares before dividing by d, which adds only eps / d: add "
                          "it to the variance, the mean, sqrt(sum / d + eps)."),
+        (lambda x, gain, bias, eps=1e-5: (x - x.mean(dim=-1, keepdim=True))
+         / torch.sqrt(x.var(unbiased=False) + eps) * gain + bias,
+         "x.var(unbiased=False) with no dim is ONE variance of the whole tensor: each token has its own, "
+         "x.var(dim=-1, keepdim=True, unbiased=False)."),
         (lambda x, gain, bias, eps=1e-5: (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(x.var() + eps) * gain + bias,
          "x.var() with no dim is ONE variance of the whole tensor, and unbiased (divided by n - 1): each token "
          "has its own, x.var(dim=-1, keepdim=True, unbiased=False)."),
@@ -391,7 +395,9 @@ register(Exercise(
 # --------------------------------------------------------------------------- 3.2 |a| by a feed-forward network
 
 
-ABS_GRID = torch.tensor([-6.0, -2.5, -1.0, -0.5, -0.1, 0.0, 0.1, 0.5, 1.0, 2.5, 6.0], dtype=F64)
+# far points too: a kink placed beyond the last near point (|a| only for a >= -B) cannot hide
+ABS_GRID = torch.tensor([-1e5, -1e3, -6.0, -2.5, -1.0, -0.5, -0.1, 0.0, 0.1, 0.5, 1.0, 2.5, 6.0, 1e3, 1e5],
+                        dtype=F64)
 ABS_RTOL = ABS_ATOL = 1e-6          # hand-picked weights in float32 pass; a wrong kink or slope does not
 
 
@@ -644,6 +650,9 @@ def _compute(form: str, x, attn, ffn, ln_1, ln_2):
         return g + ffn(g)
     if form == "post/ffn_adds_x":                        # h = ln_1(x + attn(x)); ln_2(x + ffn(h))
         return ln_2(x + ffn(ln_1(x + attn(x))))
+    if form == "post/no_ln_1":                           # h = x + attn(x); ln_2(h + ffn(h))
+        h = x + attn(x)
+        return ln_2(h + ffn(h))
     if form == "post/norm_inside_ffn":                   # h = ln_1(x + attn(x)); h + ln_2(ffn(h))
         h = ln_1(x + attn(x))
         return h + ln_2(ffn(h))
@@ -729,6 +738,8 @@ BLOCK_SLIPS = {
                     "post-norm adds first and normalises the sum, ln_2(h + ffn(h))."),
         ("norm_inside_ffn", "for norm='post', the FFN's output was normalised before adding it, h + ln_2(ffn(h)): "
                             "post-norm normalises the SUM, ln_2(h + ffn(h))."),
+        ("no_ln_1", "for norm='post', ln_1 is missing: the first sum is normalised too, h = ln_1(x + attn(x)), "
+                    "before the FFN reads it and before it is added to."),
         ("ffn_adds_x", "for norm='post', the second sum added the FFN's output to the block's input x: it adds it "
                        "to h = ln_1(x + attn(x)), the input the FFN read, ln_2(h + ffn(h))."),
     ],
@@ -996,6 +1007,15 @@ register(Exercise(
         (lambda d, H, f: _count(d, H, f) - 4 * d * d + 4 * d * (d // H),
          "you counted each projection as (d_model, d_head): W_Q, W_K, W_V and W_O are (d_model, d_model), "
          "holding all n_heads heads' columns."),
+        (lambda d, H, f: _count(d, H, f) - 4 * d + 4 * H * d,
+         "you counted the attention biases once per head (n_heads · d_model each): a projection's bias has "
+         "d_model numbers, one per output column, shared out among the heads."),
+        (lambda d, H, f: _count(d, H, f) - d * d + d * (d // H),
+         "you counted W_O as (d_model, d_head): it maps the concatenated heads, d_model numbers, back to "
+         "d_model, so it is (d_model, d_model) like W_Q, W_K and W_V."),
+        (lambda d, H, f: _count(d, H, f, proj_bias=False, ffn_bias=False, norm_size=0) + 4 + 2 + 4,
+         "you counted each bias (and each layer norm's gain and bias) as one number: each is a vector, d_model "
+         "numbers for the projections' biases, b_2, the gains and the biases, d_ff for b_1."),
     ],
     diagnose=_diagnose_params, diagnose_hints=(BP_FLOAT, BP_CONSTANT),
     generic_hint="list every parameter tensor of the block with its shape and add their sizes.",
