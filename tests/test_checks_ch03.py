@@ -1463,3 +1463,30 @@ def test_a_torchscript_helper_is_named(tmp_path, monkeypatch):
     rec, verdict = exercise_suite.harvest("layer_norm", scripted_answer.layer_norm)
     assert any("layer_norm" in flag for flag in rec["flags"]), rec["flags"]
     exercise_suite.in_book_refuses("layer_norm", scripted_answer.layer_norm, rec["flags"])
+
+
+def test_torchscript_compiled_inside_the_answer_is_named(tmp_path, monkeypatch):
+    """Scripted while the check runs, the helper stays Python (the JIT is off), so its call is seen."""
+    (tmp_path / "scripted_inside.py").write_text(textwrap.dedent("""
+        import warnings
+
+        import torch
+        import torch.nn.functional as F
+
+
+        def _normed(x, gain, bias, eps: float):
+            return F.layer_norm(x, [x.shape[-1]], gain, bias, eps)
+
+
+        def layer_norm(x, gain, bias, eps=1e-5):
+            with warnings.catch_warnings():                     # torch.jit is deprecated
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return torch.jit.script(_normed)(x, gain, bias, eps)
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import scripted_inside
+    rec, verdict = exercise_suite.harvest("layer_norm", scripted_inside.layer_norm)
+    assert any("layer_norm" in flag for flag in rec["flags"]), rec["flags"]
+    exercise_suite.in_book_refuses("layer_norm", scripted_inside.layer_norm, rec["flags"])
+    import torch.jit._state
+    assert torch.jit._state._enabled.enabled        # the JIT is back on after the check

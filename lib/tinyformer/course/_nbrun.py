@@ -338,6 +338,12 @@ class _Profiler:
     def call(self, fn, args):
         self._scan_scripted(fn)
         seen = self.probes
+        # TorchScript compiled while the answer runs would hide its operators in C++: with the JIT
+        # off, torch.jit.script returns the Python function, whose calls the profiler sees
+        jit = sys.modules.get("torch.jit._state")
+        jit_was = jit._enabled.enabled if jit is not None else None
+        if jit is not None:
+            jit._enabled.enabled = False
         sys.setprofile(self)
         threading.setprofile(self)
         try:
@@ -356,6 +362,8 @@ class _Profiler:
         finally:
             sys.setprofile(None)
             threading.setprofile(None)
+            if jit is not None:
+                jit._enabled.enabled = jit_was
 
 
 def _library_identity(fn) -> list[str]:
