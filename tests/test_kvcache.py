@@ -207,6 +207,30 @@ def test_a_prefill_with_gradients_after_a_training_step_does_not_revive_a_stale_
         torch.testing.assert_close(steps, model(idx)[:, 3:], atol=1e-5, rtol=0)
 
 
+def test_a_change_through_data_is_seen_by_the_next_sequence():
+    """An edit through p.data bumps no version counter; the prefill of the next sequence rebuilds the
+    stacked copy anyway."""
+    model = small()
+    idx = torch.randint(0, 50, (1, 6), generator=torch.Generator().manual_seed(26))
+    with torch.no_grad():
+        cached_logits(model, idx, [1] * 6)                  # a stacked copy in every layer
+        for p in model.parameters():
+            p.data.add_(0.05)                               # no version bump
+        torch.testing.assert_close(cached_logits(model, idx, [2, 1, 3]), model(idx), atol=1e-4, rtol=0)
+
+
+def test_a_model_built_under_inference_mode_decodes_with_the_cache():
+    """Inference tensors have no version counter: the cached path must not ask for one."""
+    with torch.inference_mode():
+        torch.manual_seed(27)
+        model = small()
+        idx = torch.randint(0, 50, (1, 6), generator=torch.Generator().manual_seed(28))
+        torch.testing.assert_close(cached_logits(model, idx, [3, 1, 1, 1]), model(idx), atol=1e-5, rtol=0)
+        out = [generate(model, idx[:, :2], 4, use_cache=c, generator=torch.Generator().manual_seed(5))
+               for c in (True, False)]
+        assert torch.equal(*out)
+
+
 class _Wrapped(torch.nn.Module):
     """A projection with an extra low-rank term, as chapter 9's LoRA wraps one: no .weight of its own."""
 

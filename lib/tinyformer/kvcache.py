@@ -111,10 +111,13 @@ class LayerCache:
         When the three are plain ``nn.Linear`` layers, as one matrix product:
         one kernel instead of three, because at one token per step a call
         costs more than its arithmetic. The stacked weights are a copy kept
-        beside the layer (memory traded for speed), keyed by each weight's
-        storage and version counter, so any change of the weights (an
-        optimizer step, ``load_state_dict``, an in-place edit) rebuilds it.
-        With gradients on it is stacked afresh and not kept, so that
+        beside the layer (memory traded for speed). It is rebuilt at every
+        prefill (``start == 0``), so a new sequence sees any change of the
+        weights, and within a sequence whenever a weight's storage or version
+        counter changes (an optimizer step, ``load_state_dict``, an in-place
+        edit of the parameter). An edit through ``p.data`` bumps no version:
+        made in the middle of a sequence, it is seen from the next sequence
+        on. With gradients on it is stacked afresh and not kept, so that
         gradients reach the weights. Any other module (a wrapped layer, such
         as chapter 9's LoRA) is called as it is."""
         lins = (attn.q_proj, attn.k_proj, attn.v_proj)
@@ -124,9 +127,13 @@ class LayerCache:
                          for lin in lins)
         params = [p for lin in lins for p in (lin.weight, lin.bias)
                   if p is not None]
-        key = tuple((id(p), p.data_ptr(), p._version) for p in params)
+        # inference tensors (a model built under inference_mode) have no
+        # version counter; the rebuild at every prefill covers them
+        key = tuple((id(p), p.data_ptr(), None if p.is_inference() else p._version)
+                    for p in params)
         kept = attn.__dict__.get("_stacked_qkv")
-        if torch.is_grad_enabled() or kept is None or kept[0] != key:
+        if (torch.is_grad_enabled() or kept is None or kept[0] != key
+                or start == 0):
             W = torch.cat([lin.weight for lin in lins])  # (d_model+2·d_kv, ·)
             b = (None if attn.q_proj.bias is None
                  else torch.cat([lin.bias for lin in lins]))
