@@ -239,6 +239,43 @@ def attend_float_mask_fill(q, k_new, v_new, k_cache, v_cache):
     return scores.masked_fill(hidden, -math.inf).softmax(-1) @ v_all, k_all, v_all
 
 
+def attend_first_chunk_causal_only(q, k_new, v_new, k_cache, v_cache):
+    """The library's rule without its else branch: is_causal for a first chunk, no mask otherwise."""
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    first_chunk = k_cache.shape[2] == 0 and q.shape[2] > 1
+    return F.scaled_dot_product_attention(q, k_all, v_all, is_causal=first_chunk), k_all, v_all
+
+
+def attend_inverted_fill(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    T, S = q.shape[2], k_all.shape[2]
+    allowed = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+    scores = (q @ k_all.transpose(2, 3) / math.sqrt(q.shape[3])).masked_fill(allowed, -math.inf)
+    return scores.softmax(-1) @ v_all, k_all, v_all
+
+
+def attend_scaled_by_d(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    T, S = q.shape[2], k_all.shape[2]
+    allowed = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+    scores = (q @ k_all.transpose(2, 3) / q.shape[3]).masked_fill(~allowed, -math.inf)
+    return scores.softmax(-1) @ v_all, k_all, v_all
+
+
+def attend_float_mask_to_sdpa(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    T, S = q.shape[2], k_all.shape[2]
+    mask = torch.ones(T, S, dtype=q.dtype).tril(diagonal=S - T)           # 0.0 / 1.0: added, not applied
+    return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask), k_all, v_all
+
+
+def attend_chunks_minus_one(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    T, S = q.shape[2], k_all.shape[2]
+    mask = None if T == 1 else torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T - 1)
+    return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask), k_all, v_all
+
+
 ATTEND_WRONG = [
     (attend_overwrite, "the cache was overwritten: k_all and v_all must hold the L cached positions"),
     (attend_new_keys_only, "your k_all and v_all are right, but the attention used the new keys and values alone"),
@@ -284,6 +321,11 @@ ATTEND_WRONG = [
                                                 v_cache),
      "k_all shape (2, 2, 0, 3), expected (2, 2, 4, 3) for q of shape (2, 2, 4, 3), k_new of shape (2, 2, 4, 3)"),
     (lambda *a: None, "returned None; return a tuple (out, k_all, v_all)"),
+    (attend_first_chunk_causal_only, "a chunk after a cache, L > 0 and T > 1, got no mask"),
+    (attend_inverted_fill, "your mask is inverted: masked_fill puts -inf where the mask is True"),
+    (attend_scaled_by_d, "you divided the scores by d, the width of a head"),
+    (attend_float_mask_to_sdpa, "a 0/1 float mask was ADDED to the scores"),
+    (attend_chunks_minus_one, "for a chunk your mask's diagonal is L - 1"),
 ]
 
 
@@ -381,6 +423,10 @@ BYTES_WRONG = [
     (lambda *a: str(learner_bytes()(*a)), "returned a str; return the number of bytes, an int"),
     (lambda *a: (learner_bytes()(*a), "bytes"), "returned a tuple of 2 items; return the number of bytes, an int"),
     (lambda *a: None, "returned None; return the number of bytes, an int"),
+    (lambda n_layer, n_head, n_kv_head, d_model, T, batch_size=1, bytes_per_element=2:
+     2 * n_layer * (n_head // n_kv_head) * (d_model // n_head) * T * batch_size * bytes_per_element,
+     "you multiplied by the group size n_head // n_kv_head"),
+    (lambda *a: learner_bytes()(*a) // 2 ** 20, "your count is in KiB, MiB or GiB"),
 ]
 
 
@@ -592,6 +638,16 @@ def test_honest_solutions_are_not_flagged(name):
 
 
 LIBRARY_ANSWERS = [
+    ("attend_with_cache", """
+        import torch
+        import torch.nn.functional as F
+        from tinyformer.attention import causal_mask
+
+        def attend_with_cache(q, k_new, v_new, k_cache, v_cache):
+            L, T = k_cache.shape[-2], q.shape[-2]
+            k, v = torch.cat((k_cache, k_new), dim=-2), torch.cat((v_cache, v_new), dim=-2)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(L + T)[L:]), k, v
+        """, "tinyformer.attention.causal_mask"),
     ("attend_with_cache", """
         import torch
         from tinyformer.attention import causal_mask, scaled_dot_product_attention

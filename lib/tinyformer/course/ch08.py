@@ -86,7 +86,7 @@ def attend_with_cache_reference(q, k_new, v_new, k_cache, v_cache):
     return out, k_all, v_all
 
 
-def _attend(*, cache="append", shift="L", scale=True, dim=-1, mask_after=False):
+def _attend(*, cache="append", shift="L", scale=True, dim=-1, mask_after=False, mask_use="fill"):
     """Attention with a cache, with the mistakes named by the keywords; the defaults are right.
 
     cache: "append" (right), "overwrite" (k_all = k_new, v_all = v_new: the new positions alone,
@@ -94,8 +94,12 @@ def _attend(*, cache="append", shift="L", scale=True, dim=-1, mask_after=False):
     the new positions alone) or "prepend" (the new positions before the cached ones, the mask as if
     they were after them). shift: the diagonal of the (T, L + T) mask's tril, "L"
     (right), "0" (top-left: the new queries as if they started at position 0), "L-1", "L+1", or
-    "none" (no mask). scale: divide the scores by √d. dim: the softmax's axis. A query row with no
-    allowed key comes out NaN (masked_fill with -inf, then the softmax).
+    "none" (no mask); "chunks top-left" (is_causal only for chunks), "first chunk only" (a causal
+    mask for the first chunk, none after a cache) and "chunks L-1" (no mask for one query, L - 1 for
+    chunks). scale: divide the scores by √d (True), by d ("d"), by √(L + T) ("keys"), or the weights
+    ("after"). dim: the softmax's axis. mask_use: "fill" (-inf where not allowed), "inverted" (-inf
+    where allowed) or "added" (a float 0/1 mask added to the scores, as F.scaled_dot_product_attention
+    does with a float attn_mask). A query row with no allowed key comes out NaN.
     """
     def wrong(q, k_new, v_new, k_cache, v_cache):
         L, T = k_cache.shape[-2], q.shape[-2]
@@ -113,15 +117,25 @@ def _attend(*, cache="append", shift="L", scale=True, dim=-1, mask_after=False):
             scores = scores / math.sqrt(q.shape[-1])
         elif scale == "keys":                                         # √(number of keys)
             scores = scores / math.sqrt(L + T)
+        elif scale == "d":
+            scores = scores / q.shape[-1]
         if shift == "chunks top-left":                                # is_causal=(T > 1)
             shift_now = "none" if T == 1 else "0"
+        elif shift == "first chunk only":                             # is_causal=(L == 0 and T > 1), else none
+            shift_now = "0" if L == 0 and T > 1 else "none"
+        elif shift == "chunks L-1":                                   # no mask for one query, tril(L - 1) else
+            shift_now = "none" if T == 1 else "L-1"
         else:
             shift_now = shift
         allowed = None
         if shift_now != "none":
             diagonal = {"L": L, "0": 0, "L-1": L - 1, "L+1": L + 1, "T-1": T - 1}[shift_now]
             allowed = torch.ones(T, L + T, dtype=torch.bool).tril(diagonal=diagonal)
-            if not mask_after:
+            if mask_use == "added":
+                scores = scores + allowed.to(scores.dtype)
+            elif mask_use == "inverted":
+                scores = scores.masked_fill(allowed, float("-inf"))
+            elif not mask_after:
                 scores = scores.masked_fill(~allowed, float("-inf"))
         weights = torch.softmax(scores, dim=dim)
         if mask_after and allowed is not None:
@@ -180,6 +194,18 @@ CACHE_FLOAT_MASK = ("your mask is a float tensor (torch.ones(...).tril(...) make
                     "needs a boolean one. Build it with dtype=torch.bool, or compare, mask == 0.")
 CACHE_FLOAT_FILL = ("masked_fill got a float mask (torch.ones(...).tril(...) makes 0.0/1.0 numbers): it needs a "
                     "boolean one. Build it with dtype=torch.bool, or compare, mask == 0.")
+CACHE_FIRST_CHUNK_ONLY = ("right for the first chunk (is_causal) and for one new query (no mask), but a chunk after "
+                         "a cache, L > 0 and T > 1, got no mask: its query i must not see the new positions after "
+                         "it. One rule covers every case: .tril(diagonal=L) on the (T, L + T) mask.")
+CACHE_INVERTED = ("your mask is inverted: masked_fill puts -inf where the mask is True, so you hid the allowed keys. "
+                  "Fill where the mask is False, scores.masked_fill(~allowed, float('-inf')).")
+CACHE_SCALE_D = ("you divided the scores by d, the width of a head: divide by its square root, √d "
+                 "(math.sqrt(q.shape[-1])).")
+CACHE_ADDED_MASK = ("a 0/1 float mask was ADDED to the scores (F.scaled_dot_product_attention adds a float "
+                    "attn_mask), which hides nothing: pass a boolean mask, dtype=torch.bool, True where a query may "
+                    "attend, or fill the disallowed scores with -inf.")
+CACHE_CHUNKS_MINUS_ONE = ("right for one new query, but for a chunk your mask's diagonal is L - 1, so new query i "
+                          "does not see itself (position L + i): .tril(diagonal=L).")
 CACHE_SWAPPED = ("k_all and v_all are swapped: return (out, k_all, v_all), the keys second and the values third.")
 CACHE_GENERIC = ("append the new keys and values after the cached ones, torch.cat((k_cache, k_new), dim=-2); the "
                  "scores q @ k_all.transpose(-2, -1) / √d are (B, H, T, L + T); new query i sits at position L + i "
@@ -201,6 +227,10 @@ CACHE_MISTAKES = [
     (_attend(scale="keys"), CACHE_SCALE_KEYS),
     (_attend(scale="after"), CACHE_SCALE_AFTER),
     (_attend(mask_after=True), CACHE_MASK_AFTER),
+    (_attend(shift="first chunk only"), CACHE_FIRST_CHUNK_ONLY),
+    (_attend(mask_use="inverted"), CACHE_INVERTED),
+    (_attend(scale="d"), CACHE_SCALE_D),
+    (_attend(mask_use="added"), CACHE_ADDED_MASK),
 ]
 
 
@@ -230,6 +260,12 @@ def _diagnose_cache(cases, outputs, refs):
     if all(_close(k_all, k_ref) and _close(v_all, v_ref) and _sees_itself_not(case, out)
            for case, (out, k_all, v_all), (_, k_ref, v_ref) in zip(cases, outputs, refs)):
         return f"wrong output. Hint: {CACHE_MINUS_ONE}"
+    def chunk_minus_one(case, out, ref_out):      # one query right, a chunk's queries blind to themselves
+        return _close(out, ref_out) if case[0].shape[-2] == 1 else _sees_itself_not(case, out)
+    if any(case[0].shape[-2] > 1 for case in cases) and all(
+            _close(k_all, k_ref) and _close(v_all, v_ref) and chunk_minus_one(case, out, ref_out)
+            for case, (out, k_all, v_all), (ref_out, k_ref, v_ref) in zip(cases, outputs, refs)):
+        return f"wrong output. Hint: {CACHE_CHUNKS_MINUS_ONE}"
     return None
 
 
@@ -237,6 +273,7 @@ register(Exercise(
     name="attend_with_cache", number="8.1", function="attend_with_cache", chapter=CHAPTER,
     args=("q", "k_new", "v_new", "k_cache", "v_cache"),
     library_answers=("tinyformer.kvcache.LayerCache", "tinyformer.kvcache.KVCache",
+                     "tinyformer.attention.causal_mask",
                      "tinyformer.attention.MultiHeadAttention", "tinyformer.attention.scaled_dot_product_attention",
                      "tinyformer.attention.attend_heads"),
     make_cases=_attend_cases, reference=attend_with_cache_reference,
@@ -256,7 +293,7 @@ register(Exercise(
         (TypeError, r"only implemented on integer and Boolean", CACHE_FLOAT_MASK),
         (RuntimeError, r"masked_fill_? only supports boolean masks", CACHE_FLOAT_FILL),
     ],
-    diagnose=safe_diagnosis(_diagnose_cache), diagnose_hints=(CACHE_SWAPPED,),
+    diagnose=safe_diagnosis(_diagnose_cache), diagnose_hints=(CACHE_SWAPPED, CACHE_CHUNKS_MINUS_ONE),
     generic_hint=CACHE_GENERIC,
 ))
 
@@ -301,7 +338,8 @@ def _bytes_cases(g):
 def _count(n_layer, n_head, n_kv_head, d_model, T, batch_size=1, bytes_per_element=2, *, kv=2, heads="kv",
            width="head", layers=True, positions=True, batch=True, element="bytes"):
     """The count with the slips named by the keywords; the defaults are right."""
-    total = kv * (n_kv_head if heads == "kv" else n_head) * (d_model // n_head if width == "head" else d_model)
+    heads_n = {"kv": n_kv_head, "all": n_head, "group": n_head // n_kv_head}[heads]
+    total = kv * heads_n * (d_model // n_head if width == "head" else d_model)
     total *= (n_layer if layers else 1) * (T if positions else 1) * (batch_size if batch else 1)
     return total * {"bytes": bytes_per_element, "bits": 8 * bytes_per_element, "none": 1}[element]
 
@@ -316,11 +354,12 @@ BYTES_FLOAT = ("the count is right but it is a float: return an int (a number of
                "for d_model // n_head, or int(...)).")
 BYTES_DEFAULTS = ("your count is right when every argument is given but wrong with the defaults: batch_size=1 (one "
                   "sequence) and bytes_per_element=2 (16-bit numbers, fp16 or bf16).")
-BYTES_ORDER = ("your count reads the sixth argument as bytes_per_element: the signature is (n_layer, n_head, "
-               "n_kv_head, d_model, T, batch_size=1, bytes_per_element=2), batch_size first. A call such as "
-               "cache_bytes(..., T, 8) means a batch of 8 sequences.")
-BYTES_UNITS = ("your count is in KiB, MiB or GiB (or kB, MB, GB): return it in bytes, without dividing by 1024 or "
-               "1000.")
+BYTES_ORDER = ("your count reads the sixth argument as bytes_per_element: the exercise's signature is (n_layer, "
+               "n_head, n_kv_head, d_model, T, batch_size=1, bytes_per_element=2), batch_size first (the library's "
+               "kv_cache_bytes takes them the other way round, which is why it names both when it calls). A call "
+               "such as cache_bytes(..., T, 8) means a batch of 8 sequences.")
+BYTES_UNITS = ("your count is in KiB, MiB or GiB (or kB, MB, GB), divided with / or //: return it in bytes, "
+               "without dividing by 1024 or 1000.")
 BYTES_GENERIC = ("per layer, per sequence and per position the cache holds a key AND a value vector for each of the "
                  "n_kv_head key/value heads, d_head = d_model // n_head numbers each: "
                  "2 · n_layer · n_kv_head · d_head · T · batch_size numbers, bytes_per_element bytes each.")
@@ -335,6 +374,9 @@ BYTES_SLIPS = [
      "d_head = d_model // n_kv_head. With grouped-query attention only the n_kv_head key/value heads are stored, "
      "each d_head = d_model // n_head wide: n_kv_head · d_model / n_head numbers per key (and as many per "
      "value).", "heads"),
+    (dict(heads="group"),
+     "you multiplied by the group size n_head // n_kv_head, the query heads that share a key/value head: the "
+     "cache stores the n_kv_head key/value heads themselves, so multiply by n_kv_head.", "heads"),
     (dict(width="d_model"), "d_model is the width of all the heads together: one head is d_head = d_model // n_head "
                             "wide, so each key/value head stores d_model // n_head numbers per position.", "width"),
     (dict(layers=False), "every layer has its own keys and values: multiply by n_layer.", "layers"),
@@ -386,7 +428,8 @@ def _diagnose_bytes(cases, outputs, refs):
     if all(o == r for c, o, r in zip(cases, outputs, refs) if len(c) == 7) and any(
             o != r for c, o, r in zip(cases, outputs, refs) if len(c) == 5):
         return f"wrong output. Hint: {BYTES_DEFAULTS}"
-    if any(all(type(o) in (int, float) and math.isclose(o * unit, r, rel_tol=1e-9) for o, r in zip(outputs, refs))
+    if any(all(type(o) in (int, float) and (math.isclose(o * unit, r, rel_tol=1e-9) or o == r // unit)
+               for o, r in zip(outputs, refs))
            for unit in (2 ** 10, 2 ** 20, 2 ** 30, 10 ** 3, 10 ** 6, 10 ** 9)):
         return f"wrong output. Hint: {BYTES_UNITS}"
     for case, out, ref in zip(cases, outputs, refs):
