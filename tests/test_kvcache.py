@@ -207,9 +207,9 @@ def test_a_prefill_with_gradients_after_a_training_step_does_not_revive_a_stale_
         torch.testing.assert_close(steps, model(idx)[:, 3:], atol=1e-5, rtol=0)
 
 
-def test_a_change_through_data_is_seen_by_the_next_sequence():
-    """An edit through p.data bumps no version counter; the prefill of the next sequence rebuilds the
-    stacked copy anyway."""
+def test_a_change_through_data_is_seen_by_a_new_cache():
+    """An edit through p.data bumps no version counter; the stacked copy lives in the cache, so the
+    next sequence's new cache starts from the edited weights."""
     model = small()
     idx = torch.randint(0, 50, (1, 6), generator=torch.Generator().manual_seed(26))
     with torch.no_grad():

@@ -36,6 +36,7 @@ class LayerCache:
         self.k, self.v = k, v               # views into the KVCache's storage
         self.max_len = k.shape[-2]
         self.length = 0                     # positions held so far
+        self._stacked = None                # (key, (W_qkv, b_qkv)): see _project
 
     def append(self, k: torch.Tensor, v: torch.Tensor):
         """Write the new positions' ``k``, ``v`` ``(B, n_kv_heads, T, d_head)``
@@ -111,15 +112,15 @@ class LayerCache:
         When the three are plain ``nn.Linear`` layers, as one matrix product:
         one kernel instead of three, because at one token per step a call
         costs more than its arithmetic. The stacked weights are a copy kept
-        beside the layer (memory traded for speed). It is rebuilt at every
-        prefill (``start == 0``), so a new sequence sees any change of the
-        weights, and within a sequence whenever a weight's storage or version
-        counter changes (an optimizer step, ``load_state_dict``, an in-place
-        edit of the parameter). An edit through ``p.data`` bumps no version:
-        made in the middle of a sequence, it is seen from the next sequence
-        on. With gradients on it is stacked afresh and not kept, so that
-        gradients reach the weights. Any other module (a wrapped layer, such
-        as chapter 9's LoRA) is called as it is."""
+        in this layer cache (memory traded for speed), so a new cache, such
+        as each call of ``generate`` makes, starts from the weights as they
+        are; within a cache the copy is rebuilt whenever a weight's storage
+        or version counter changes (an optimizer step, ``load_state_dict``,
+        an in-place edit of the parameter). An edit through ``p.data`` bumps
+        no version: a cache already in use keeps the old copy, and the next
+        cache sees it. With gradients on it is stacked afresh and not kept,
+        so that gradients reach the weights. Any other module (a wrapped
+        layer, such as chapter 9's LoRA) is called as it is."""
         lins = (attn.q_proj, attn.k_proj, attn.v_proj)
         B, T, _ = x.shape
         if not all(type(lin) is nn.Linear for lin in lins):
@@ -128,18 +129,17 @@ class LayerCache:
         params = [p for lin in lins for p in (lin.weight, lin.bias)
                   if p is not None]
         # inference tensors (a model built under inference_mode) have no
-        # version counter; the rebuild at every prefill covers them
+        # version counter (and cannot be changed outside inference mode)
         key = tuple((id(p), p.data_ptr(), None if p.is_inference() else p._version)
                     for p in params)
-        kept = attn.__dict__.get("_stacked_qkv")
-        if (torch.is_grad_enabled() or kept is None or kept[0] != key
-                or start == 0):
+        kept = self._stacked
+        if torch.is_grad_enabled() or kept is None or kept[0] != key:
             W = torch.cat([lin.weight for lin in lins])  # (d_model+2·d_kv, ·)
             b = (None if attn.q_proj.bias is None
                  else torch.cat([lin.bias for lin in lins]))
             kept = (key, (W, b))
             if not torch.is_grad_enabled():
-                attn.__dict__["_stacked_qkv"] = kept
+                self._stacked = kept
         qkv = F.linear(x, *kept[1])                 # (B, T, d_model + 2·d_kv)
         qkv = qkv.view(B, T, -1, attn.d_head).transpose(1, 2)
         return qkv.split((attn.n_heads, attn.n_kv_heads, attn.n_kv_heads),
