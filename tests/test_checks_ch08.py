@@ -276,6 +276,30 @@ def attend_chunks_minus_one(q, k_new, v_new, k_cache, v_cache):
     return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask), k_all, v_all
 
 
+def attend_zero_fill(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    T, S = q.shape[2], k_all.shape[2]
+    allowed = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
+    scores = torch.where(allowed, q @ k_all.transpose(2, 3) / math.sqrt(q.shape[3]), 0.0)
+    return scores.softmax(-1) @ v_all, k_all, v_all
+
+
+def attend_triu(q, k_new, v_new, k_cache, v_cache):
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    T, S = q.shape[2], k_all.shape[2]
+    allowed = torch.ones(T, S, dtype=torch.bool).triu(diagonal=S - T)   # meant tril
+    scores = (q @ k_all.transpose(2, 3) / math.sqrt(q.shape[3])).masked_fill(~allowed, -math.inf)
+    return scores.softmax(-1) @ v_all, k_all, v_all
+
+
+def attend_hide_mask_to_sdpa(q, k_new, v_new, k_cache, v_cache):
+    """A 'hide the future' mask, as masked_fill wants it, given to sdpa, whose True means 'attend'."""
+    k_all, v_all = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    T, S = q.shape[2], k_all.shape[2]
+    future = torch.ones(T, S, dtype=torch.bool).triu(diagonal=S - T + 1)
+    return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=future), k_all, v_all
+
+
 ATTEND_WRONG = [
     (attend_overwrite, "the cache was overwritten: k_all and v_all must hold the L cached positions"),
     (attend_new_keys_only, "your k_all and v_all are right, but the attention used the new keys and values alone"),
@@ -322,10 +346,13 @@ ATTEND_WRONG = [
      "k_all shape (2, 2, 0, 3), expected (2, 2, 4, 3) for q of shape (2, 2, 4, 3), k_new of shape (2, 2, 4, 3)"),
     (lambda *a: None, "returned None; return a tuple (out, k_all, v_all)"),
     (attend_first_chunk_causal_only, "a chunk after a cache, L > 0 and T > 1, got no mask"),
-    (attend_inverted_fill, "your mask is inverted: masked_fill puts -inf where the mask is True"),
+    (attend_inverted_fill, "your mask is inverted: you hid the allowed keys"),
     (attend_scaled_by_d, "you divided the scores by d, the width of a head"),
     (attend_float_mask_to_sdpa, "a 0/1 float mask was ADDED to the scores"),
     (attend_chunks_minus_one, "for a chunk your mask's diagonal is L - 1"),
+    (attend_zero_fill, "the hidden scores were set to 0"),
+    (attend_triu, "your mask keeps the upper triangle (triu)"),
+    (attend_hide_mask_to_sdpa, "your mask is inverted: you hid the allowed keys"),
 ]
 
 

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.nn.utils.prune as prune
 
 from tinyformer.attention import MultiHeadAttention, repeat_kv
 from tinyformer.experiments.ch05 import BigramLM
@@ -229,6 +230,24 @@ def test_a_model_built_under_inference_mode_decodes_with_the_cache():
         out = [generate(model, idx[:, :2], 4, use_cache=c, generator=torch.Generator().manual_seed(5))
                for c in (True, False)]
         assert torch.equal(*out)
+
+
+@pytest.mark.parametrize("hook", ["forward", "pre", "prune"])
+def test_a_projection_with_hooks_is_called(hook):
+    """A hook (or pruning, a pre-hook) on a projection changes what it computes: the cached path runs it."""
+    torch.manual_seed(29)
+    attn = MultiHeadAttention(16, 2)
+    if hook == "forward":
+        attn.k_proj.register_forward_hook(lambda m, args, out: 2 * out)
+    elif hook == "pre":
+        attn.v_proj.register_forward_pre_hook(lambda m, args: (args[0] + 1,))
+    else:
+        prune.l1_unstructured(attn.q_proj, "weight", amount=0.5)
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(30))
+    cache = LayerCache(torch.zeros(1, 2, 8, 8), torch.zeros(1, 2, 8, 8))
+    with torch.no_grad():
+        steps = torch.cat([attn(x[:, i:i + 1], cache=cache) for i in range(5)], dim=1)
+        torch.testing.assert_close(steps, attn(x), atol=1e-5, rtol=0)
 
 
 class _Wrapped(torch.nn.Module):

@@ -109,21 +109,26 @@ class LayerCache:
         """``q_proj``, ``k_proj`` and ``v_proj`` of ``x`` ``(B, T, d_model)``,
         split into heads: ``(B, H, T, d)``, ``(B, H_kv, T, d)`` twice.
 
-        When the three are plain ``nn.Linear`` layers, as one matrix product:
+        When the three are plain ``nn.Linear`` layers without hooks, as one
+        matrix product:
         one kernel instead of three, because at one token per step a call
         costs more than its arithmetic. The stacked weights are a copy kept
         in this layer cache (memory traded for speed), so a new cache, such
         as each call of ``generate`` makes, starts from the weights as they
         are; within a cache the copy is rebuilt whenever a weight's storage
         or version counter changes (an optimizer step, ``load_state_dict``,
-        an in-place edit of the parameter). An edit through ``p.data`` bumps
-        no version: a cache already in use keeps the old copy, and the next
-        cache sees it. With gradients on it is stacked afresh and not kept,
+        an in-place edit of the parameter). An edit through ``p.data``, or an
+        in-place edit of inference tensors, bumps no version: a cache already
+        in use, even after ``clear()``, keeps the old copy, and a new cache
+        sees the edit. With gradients on it is stacked afresh and not kept,
         so that gradients reach the weights. Any other module (a wrapped
-        layer, such as chapter 9's LoRA) is called as it is."""
+        layer, such as chapter 9's LoRA) or a projection with hooks (pruning,
+        the old ``weight_norm``, a forward hook) is called as it is."""
         lins = (attn.q_proj, attn.k_proj, attn.v_proj)
         B, T, _ = x.shape
-        if not all(type(lin) is nn.Linear for lin in lins):
+        # a hook must run, so a projection with one is called
+        if not all(type(lin) is nn.Linear and not lin._forward_hooks
+                   and not lin._forward_pre_hooks for lin in lins):
             return tuple(lin(x).view(B, T, -1, attn.d_head).transpose(1, 2)
                          for lin in lins)
         params = [p for lin in lins for p in (lin.weight, lin.bias)
@@ -213,7 +218,8 @@ class KVCache:
         return self.layers[-1].length
 
     def clear(self) -> None:
-        """Forget every position (the storage is kept and overwritten)."""
+        """Forget every position (the storage is kept and overwritten, and
+        so is each layer's stacked q/k/v copy: see ``LayerCache._project``)."""
         for layer in self.layers:
             layer.length = 0
 

@@ -131,8 +131,12 @@ def _attend(*, cache="append", shift="L", scale=True, dim=-1, mask_after=False, 
         if shift_now != "none":
             diagonal = {"L": L, "0": 0, "L-1": L - 1, "L+1": L + 1, "T-1": T - 1}[shift_now]
             allowed = torch.ones(T, L + T, dtype=torch.bool).tril(diagonal=diagonal)
+            if mask_use == "triu":                                   # the upper triangle allowed
+                allowed = torch.ones(T, L + T, dtype=torch.bool).triu(diagonal=diagonal)
             if mask_use == "added":
                 scores = scores + allowed.to(scores.dtype)
+            elif mask_use == "zero":                                 # hidden scores set to 0, not -inf
+                scores = scores.masked_fill(~allowed, 0.0)
             elif mask_use == "inverted":
                 scores = scores.masked_fill(allowed, float("-inf"))
             elif not mask_after:
@@ -191,14 +195,16 @@ CACHE_SCALE_AFTER = ("the 1/√d went on the weights after the softmax: each row
 CACHE_MASK_AFTER = ("you masked the weights after the softmax (weights * mask): the rows no longer sum to 1. Fill "
                     "the disallowed scores with -inf before the softmax, which renormalises over the allowed keys.")
 CACHE_FLOAT_MASK = ("your mask is a float tensor (torch.ones(...).tril(...) makes 0.0/1.0 numbers), and `~` "
-                    "needs a boolean one. Build it with dtype=torch.bool, or compare, mask == 0.")
+                    "needs a boolean one. Build it with dtype=torch.bool (or convert it, mask.bool()).")
 CACHE_FLOAT_FILL = ("masked_fill got a float mask (torch.ones(...).tril(...) makes 0.0/1.0 numbers): it needs a "
-                    "boolean one. Build it with dtype=torch.bool, or compare, mask == 0.")
+                    "boolean one. Build it with dtype=torch.bool (or convert it, mask.bool()).")
 CACHE_FIRST_CHUNK_ONLY = ("right for the first chunk (is_causal) and for one new query (no mask), but a chunk after "
                          "a cache, L > 0 and T > 1, got no mask: its query i must not see the new positions after "
                          "it. One rule covers every case: .tril(diagonal=L) on the (T, L + T) mask.")
-CACHE_INVERTED = ("your mask is inverted: masked_fill puts -inf where the mask is True, so you hid the allowed keys. "
-                  "Fill where the mask is False, scores.masked_fill(~allowed, float('-inf')).")
+CACHE_INVERTED = ("your mask is inverted: you hid the allowed keys and kept the others. masked_fill puts -inf "
+                  "where the mask is True, so fill where it is False, scores.masked_fill(~allowed, float('-inf')); "
+                  "and F.scaled_dot_product_attention's boolean attn_mask means True = may attend, so pass the "
+                  "allowed mask, not a 'hide' mask.")
 CACHE_SCALE_D = ("you divided the scores by d, the width of a head: divide by its square root, √d "
                  "(math.sqrt(q.shape[-1])).")
 CACHE_ADDED_MASK = ("a 0/1 float mask was ADDED to the scores (F.scaled_dot_product_attention adds a float "
@@ -206,6 +212,10 @@ CACHE_ADDED_MASK = ("a 0/1 float mask was ADDED to the scores (F.scaled_dot_prod
                     "attend, or fill the disallowed scores with -inf.")
 CACHE_CHUNKS_MINUS_ONE = ("right for one new query, but for a chunk your mask's diagonal is L - 1, so new query i "
                           "does not see itself (position L + i): .tril(diagonal=L).")
+CACHE_ZERO_FILL = ("the hidden scores were set to 0, which the softmax still weights (e^0 = 1): fill them with "
+                   "-inf, so that they get weight 0.")
+CACHE_TRIU = ("your mask keeps the upper triangle (triu): each query is allowed the keys AFTER its position. The "
+              "allowed keys are on and below the shifted diagonal: .tril(diagonal=L).")
 CACHE_SWAPPED = ("k_all and v_all are swapped: return (out, k_all, v_all), the keys second and the values third.")
 CACHE_GENERIC = ("append the new keys and values after the cached ones, torch.cat((k_cache, k_new), dim=-2); the "
                  "scores q @ k_all.transpose(-2, -1) / √d are (B, H, T, L + T); new query i sits at position L + i "
@@ -231,6 +241,8 @@ CACHE_MISTAKES = [
     (_attend(mask_use="inverted"), CACHE_INVERTED),
     (_attend(scale="d"), CACHE_SCALE_D),
     (_attend(mask_use="added"), CACHE_ADDED_MASK),
+    (_attend(mask_use="zero"), CACHE_ZERO_FILL),
+    (_attend(mask_use="triu"), CACHE_TRIU),
 ]
 
 
@@ -260,6 +272,17 @@ def _diagnose_cache(cases, outputs, refs):
     if all(_close(k_all, k_ref) and _close(v_all, v_ref) and _sees_itself_not(case, out)
            for case, (out, k_all, v_all), (_, k_ref, v_ref) in zip(cases, outputs, refs)):
         return f"wrong output. Hint: {CACHE_MINUS_ONE}"
+    def inverted(case, out):      # the allowed keys hidden (a row that hides every key: NaN, or 0 in torch's sdpa)
+        wrong_out, _, _ = _attend(mask_use="inverted")(*case)
+        finite = torch.isfinite(wrong_out)
+        if out.shape != wrong_out.shape:
+            return False
+        return None if not finite.any() else _close(out[finite], wrong_out[finite])   # None: undecided
+    said = [inverted(case, out) if _close(k_all, k_ref) and _close(v_all, v_ref) else False
+            for case, (out, k_all, v_all), (_, k_ref, v_ref) in zip(cases, outputs, refs)]
+    if False not in said and True in said:
+        return f"wrong output. Hint: {CACHE_INVERTED}"
+
     def chunk_minus_one(case, out, ref_out):      # one query right, a chunk's queries blind to themselves
         return _close(out, ref_out) if case[0].shape[-2] == 1 else _sees_itself_not(case, out)
     if any(case[0].shape[-2] > 1 for case in cases) and all(
