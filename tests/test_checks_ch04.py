@@ -378,6 +378,16 @@ def table_even_columns_in_exponent(T, d):
     return pe
 
 # (exercise, wrong function, a phrase its verdict must contain)
+def rope_written_back_with_cat(x, offset=0):
+    """The rotation right, the write-back wrong: torch.cat of the turned halves, not interleaved."""
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(T, dtype=x.dtype) + offset
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    angle = p[:, None] * theta                                          # (T, d/2)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.cat((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), dim=-1)
+
+
 WRONG = [
     ("sinusoidal_table", learner_table(swap=True), "sines and cosines are swapped"),
     ("sinusoidal_table", learner_table(blocks=True), "This book interleaves them"),
@@ -434,6 +444,9 @@ WRONG = [
     ("rope", rope_rotate_half, "wrong output (and float32 rounding: build the positions and frequencies with "
                                "dtype=x.dtype). Hint: you paired x[i] with x[i + d/2]"),
     ("rope", learner_rope(sign=-1), "your pairs turn the wrong way"),
+    ("rope", rope_written_back_with_cat, "you wrote the results back as all the first coordinates"),
+    ("binary_table", lambda T, d: (torch.arange(T)[:, None] & (1 << torch.arange(d))).double(),
+     "column j holds t & (1 << j), which is 2^j"),
     ("rope", learner_rope(use_offset=False), "the offset is ignored"),
     ("rope", learner_rope(first_position=1), "your positions start at 1"),
     ("rope", learner_rope(exponent="i/d"), "the exponent is 2i/d, not i/d"),

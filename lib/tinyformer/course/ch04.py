@@ -366,8 +366,10 @@ def _rope(*, layout="interleaved", direction=1, use_offset=True, start=0, expone
         elif pairs == "none":
             angle = torch.zeros_like(angle)
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
-        if layout == "interleaved":
+        if layout in ("interleaved", "written back in halves"):
             a, b = x[..., 0::2], x[..., 1::2]                                             # (..., T, d/2)
+            if layout == "written back in halves":          # turned right, put back with torch.cat
+                return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
             return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
         a, b = x[..., :d // 2], x[..., d // 2:]
         return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
@@ -386,6 +388,10 @@ ROPE_MISTAKES = [
     (_rope(layout="half"), "you paired x[i] with x[i + d/2], the 'rotate_half' layout of GPT-NeoX and Llama. It "
                            "is a real convention, just not this book's, which pairs neighbours (x[2i], x[2i+1]) as "
                            "RoFormer does; weights trained with one layout do not work with the other."),
+    (_rope(layout="written back in halves"),
+     "each pair (x[2i], x[2i+1]) turned right, but you wrote the results back as all the first coordinates, then "
+     "all the second (torch.cat): put them back interleaved, at 2i and 2i+1, torch.stack((a2, b2), "
+     "dim=-1).flatten(-2)."),
     (_rope(direction=-1), "your pairs turn the wrong way (the sign of sin): the pair (a, b) becomes "
                           "(a cos φ - b sin φ, a sin φ + b cos φ) with φ = p·θ_i."),
     (_rope(use_offset=False), "the offset is ignored: row t is at position offset + t (a cache passes the number "
@@ -480,7 +486,9 @@ def _bits(*, order="lsb", values="01", start=0, mask=True, form="T,d"):
         t = torch.arange(start, start + T)[:, None]                        # (T, 1)
         j = torch.arange(d) if order == "lsb" else torch.arange(d - 1, -1, -1)
         bits = (t >> j) & 1 if mask else t >> j                            # (T, d)
-        PE = bits.to(F64) if values == "01" else 2 * bits.to(F64) - 1
+        if values == "2^j":                                                # t & (1 << j): 0 or 2^j
+            bits = t & (1 << j)
+        PE = bits.to(F64) if values in ("01", "2^j") else 2 * bits.to(F64) - 1
         return PE.T.contiguous() if form == "d,T" else PE
     return wrong
 
@@ -499,6 +507,8 @@ register(Exercise(
         (_bits(start=1), "your rows start at position 1: row t is position t, so row 0 is all zeros."),
         (_bits(mask=False), "column j holds t >> j = t // 2^j, all the higher bits with it: keep bit j alone, "
                             "(t >> j) & 1, or (t // 2**j) % 2."),
+        (_bits(values="2^j"), "column j holds t & (1 << j), which is 2^j, not 1, where bit j is set: shift it back, "
+                              "(t >> j) & 1, or compare, (t & (1 << j)) != 0."),
         (_bits(form="d,T"), "your table is transposed, (d, T): one row per position t, one column per bit j."),
     ],
     generic_hint="PE[t, j] is bit j of t, counting from the least significant: (t >> j) & 1; row 5 with d = 4 "
