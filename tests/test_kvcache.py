@@ -250,6 +250,23 @@ def test_a_projection_with_hooks_is_called(hook):
         torch.testing.assert_close(steps, attn(x), atol=1e-5, rtol=0)
 
 
+def test_an_interrupted_step_leaves_the_cache_as_it_was():
+    """An error in the middle of a cached step (here in the last block, after the first blocks appended)
+    must not leave the cache advanced: the next step gives the full pass's logits."""
+    model = small()
+    idx = torch.randint(0, 50, (1, 6), generator=torch.Generator().manual_seed(31))
+    cache = model.new_cache(1)
+    with torch.no_grad():
+        model(idx[:, :4], cache=cache)
+        hook = model.blocks.blocks[-1].register_forward_pre_hook(lambda m, args: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            model(idx[:, 4:5], cache=cache)
+        hook.remove()
+        assert [layer.length for layer in cache] == [4] * len(cache)
+        step = model(idx[:, 4:5], cache=cache)
+        torch.testing.assert_close(step, model(idx[:, :5])[:, 4:], atol=1e-5, rtol=0)
+
+
 class _Wrapped(torch.nn.Module):
     """A projection with an extra low-rank term, as chapter 9's LoRA wraps one: no .weight of its own."""
 

@@ -160,7 +160,13 @@ class GPT(nn.Module):
             x = x + self.position_embedding(T, start)   # + (T, d_model)
         elif self.config.positions == "sinusoidal":
             x = x + self.position_table[start:start + T]
-        x = self.blocks(x, cache=cache)               # (B, T, d_model)
+        held = None if cache is None else [layer.length for layer in cache]
+        try:
+            x = self.blocks(x, cache=cache)           # (B, T, d_model)
+        except BaseException:                         # an interrupted step (an
+            for layer, n in zip(cache or (), held or ()):  # error, Ctrl-C) must
+                layer.length = n                      # not leave the cache advanced
+            raise
         return self.lm_head(x)                        # (B, T, vocab_size)
 
     def new_cache(self, batch_size: int = 1, dtype=None, device=None):
