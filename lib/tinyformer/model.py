@@ -163,9 +163,9 @@ class GPT(nn.Module):
         held = None if cache is None else [layer.length for layer in cache]
         try:
             x = self.blocks(x, cache=cache)           # (B, T, d_model)
-        except BaseException:                         # an interrupted step (an
-            for layer, n in zip(cache or (), held or ()):  # error, Ctrl-C) must
-                layer.length = n                      # not leave the cache advanced
+        except BaseException:  # an interrupted step (an error, Ctrl-C)
+            for layer, n in zip(cache or (), held or ()):
+                layer.length = n  # must not leave the cache advanced
             raise
         return self.lm_head(x)                        # (B, T, vocab_size)
 
