@@ -27,7 +27,7 @@ from tinyformer.course import ch04
 
 from conftest import BOOK
 
-CHAPTER = ["sinusoidal_table", "shift_matrix", "rope"]
+CHAPTER = ["sinusoidal_table", "shift_matrix", "rope", "look_back_matrix", "alibi"]
 DRILLS = ["binary_table"]
 ALL = CHAPTER + DRILLS
 NOTEBOOK = BOOK / "04-positions.ipynb"
@@ -85,6 +85,38 @@ def rope(x, offset=0):
     a, b = x[..., 0::2], x[..., 1::2]                     # (..., T, d/2)
     out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)
     return out.flatten(-2)                                # (..., T, d)
+    # END SOLUTION
+''',
+    "look_back_matrix": '''\
+import math
+
+import torch
+
+
+def look_back_matrix(d, k):
+    """(d, d) matrix A: the score PE[m] A PE[n]ᵀ is largest at n = m - k."""
+    # BEGIN SOLUTION
+    A = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        angle = -k * 10000.0 ** (-2 * i / d)  # k positions back, pair i
+        c, s = math.cos(angle), math.sin(angle)
+        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor(
+            [[c, -s], [s, c]], dtype=torch.float64)  # M_{-k} of pair i
+    return A
+    # END SOLUTION
+''',
+    "alibi": '''\
+import torch
+
+
+def alibi(T, slopes):
+    """(n_heads, T, T) ALiBi bias: -slopes[h] * (m - n) where n <= m,
+    -inf where the key n comes after the query m."""
+    # BEGIN SOLUTION
+    m = torch.arange(T)[:, None]  # (T, 1): queries
+    n = torch.arange(T)[None, :]  # (1, T): keys
+    bias = -slopes[:, None, None] * (m - n)  # (n_heads, T, T)
+    return bias.masked_fill(n > m, float("-inf"))
     # END SOLUTION
 ''',
     "binary_table": '''\
@@ -377,6 +409,89 @@ def table_even_columns_in_exponent(T, d):
             pe[t, j + 1] = math.cos(t / 10000 ** (2 * j / d))
     return pe
 
+def learner_look(sign=-1, angle="k*theta", scale=1.0, dtype=torch.float64):
+    """A learner's look_back_matrix: d/2 blocks [[c, -s], [s, c]] of the angle sign·(what `angle` names)."""
+    def look_back_matrix(d, k):
+        A = torch.zeros(d, d, dtype=dtype)
+        for i in range(d // 2):
+            theta = {"k*theta": 10000 ** (-2 * i / d), "k": 1.0, "column": 10000 ** (-4 * i / d)}[angle]
+            a = sign * k * theta
+            A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = scale * torch.tensor([[math.cos(a), -math.sin(a)],
+                                                                        [math.sin(a), math.cos(a)]])
+        return A
+    return look_back_matrix
+
+
+def look_from_numpy_rotations(d, k):
+    """Right, with the blocks made in NumPy as R(-kθ) in column-vector form, transposed: the same matrix."""
+    blocks = []
+    for i in range(d // 2):
+        a = k * 10000 ** (-2 * i / d)
+        blocks.append(np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]).T)
+    A = np.zeros((d, d))
+    for i, b in enumerate(blocks):
+        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = b
+    return torch.from_numpy(A)
+
+
+def look_torch_cos(d, k):
+    """torch.cos on a Python float: a TypeError."""
+    A = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        a = -k * 10000 ** (-2 * i / d)
+        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[torch.cos(a), -torch.sin(a)], [torch.sin(a), torch.cos(a)]])
+    return A
+
+
+def look_only_the_fast_pair(d, k):
+    """Only pair 0 turned (the others left as the identity): pair 0 alone repeats every 2π positions."""
+    A = torch.eye(d, dtype=torch.float64)
+    A[:2, :2] = learner_look()(2, k)
+    return A
+
+
+def learner_alibi(sign=-1, future="-inf", own="visible", slopes_used=True, heads="first", dist="m-n",
+                  dtype=None):
+    """A learner's alibi, with the slips named by the keywords."""
+    def alibi(T, slopes):
+        m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        distance = (m - n) if dist == "m-n" else (m - n).abs()
+        s = slopes if slopes_used else torch.ones_like(slopes)
+        bias = sign * s[:, None, None] * distance
+        hide = n > m if own == "visible" else n >= m
+        if future != "none":
+            bias = bias.masked_fill(hide, {"-inf": float("-inf"), "0": 0.0, "big": -1e9}[future])
+        if heads == "last":
+            bias = bias.permute(1, 2, 0)
+        elif heads == "keys in rows":
+            bias = bias.transpose(1, 2)
+        return bias if dtype is None else bias.to(dtype)
+    return alibi
+
+
+def alibi_loops(T, slopes):
+    """Right, with two loops and Python floats."""
+    out = torch.empty(len(slopes), T, T, dtype=torch.float64)
+    for h in range(len(slopes)):
+        for m in range(T):
+            for n in range(T):
+                out[h, m, n] = -slopes[h].item() * (m - n) if n <= m else -math.inf
+    return out
+
+
+def alibi_triu_mask(T, slopes):
+    """Right: the causal mask from triu, the distance from a broadcast subtraction."""
+    pos = torch.arange(T, dtype=slopes.dtype)
+    bias = (pos[None, :] - pos[:, None]) * slopes.view(-1, 1, 1)
+    return bias.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def alibi_slopes_2d(T, slopes):
+    """slopes[:, None] against a (T, T) distance: a broadcasting error."""
+    m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (-slopes[:, None] * (m - n)).masked_fill(n > m, float("-inf"))
+
+
 # (exercise, wrong function, a phrase its verdict must contain)
 def rope_written_back_with_cat(x, offset=0):
     """The rotation right, the write-back wrong: torch.cat of the turned halves, not interleaved."""
@@ -469,6 +584,29 @@ WRONG = [
     ("rope", lambda x, offset=0: learner_rope()(x.float(), offset), "returned torch.float32 for torch.float64"),
     ("rope", lambda x, offset=0: learner_rope()(x, offset)[..., :-1], "output shape (5, 7), expected (5, 8)"),
     ("rope", lambda x, offset=0: (learner_rope()(x, offset), offset), "return only the rotated tensor"),
+    ("look_back_matrix", learner_look(sign=1), "your scores peak k positions ahead"),
+    ("look_back_matrix", lambda d, k: 2 * learner_look(sign=1)(d, k), "the query at m = 3 gives its highest score to "
+                                                                    "the key at n = 6, not 0. Hint: your scores peak"),
+    ("look_back_matrix", lambda d, k: torch.eye(d, dtype=torch.float64), "your A does not turn the pairs"),
+    ("look_back_matrix", lambda d, k: 3 * torch.eye(d, dtype=torch.float64),
+     "the query at m = 3 gives its highest score to the key at n = 3, not 0. Hint: your A does not turn"),
+    ("look_back_matrix", learner_look(angle="k"), "every pair turned by the same angle k"),
+    ("look_back_matrix", learner_look(angle="column"), "your frequencies came from the column index"),
+    ("look_back_matrix", look_only_the_fast_pair, "Build A from d/2 blocks of 2 x 2"),
+    ("look_back_matrix", look_torch_cos, "math.cos and math.sin take them"),
+    ("look_back_matrix", lambda d, k: learner_look()(d, k)[:-1], "output shape (15, 16), expected (16, 16)"),
+    ("look_back_matrix", lambda d, k: learner_look()(d, k).numpy(), "return a torch.Tensor"),
+    ("alibi", learner_alibi(sign=1), "your bias rewards distance"),
+    ("alibi", learner_alibi(future="none"), "the keys after the query (n > m) have a bias too"),
+    ("alibi", learner_alibi(future="none", dist="abs"), "the bidirectional form"),
+    ("alibi", learner_alibi(future="0"), "the keys after the query got 0, which hides nothing"),
+    ("alibi", learner_alibi(future="big"), "the keys after the query got a large negative number"),
+    ("alibi", learner_alibi(own="hidden"), "you hid the query's own key too"),
+    ("alibi", learner_alibi(slopes_used=False), "every head got slope 1"),
+    ("alibi", learner_alibi(heads="last"), "the heads come last, (T, T, n_heads)"),
+    ("alibi", learner_alibi(heads="keys in rows"), "your rows are the keys and your columns the queries"),
+    ("alibi", alibi_slopes_2d, "give slopes two new axes"),
+    ("alibi", learner_alibi(dtype=torch.float32), "returned torch.float32 for torch.float64"),
     ("binary_table", bits_from_format, "your columns start at the most significant bit"),
     ("binary_table", learner_bits(msb_first=True), "your columns start at the most significant bit"),
     ("binary_table", learner_bits(signed=True), "your table holds -1 and +1"),
@@ -502,7 +640,7 @@ globals().update(
     # test_stub_is_not_implemented
     SUITE.solution_tests(page_width=79)
     # test_nearly_right_fails
-    | SUITE.nearly_right_tests(["shift_matrix", "rope"])
+    | SUITE.nearly_right_tests(["shift_matrix", "rope", "alibi"])
     # test_the_chapter_has_a_cell_for_every_checked_exercise, test_chapter_solution_passes_for_every_seed
     | SUITE.notebook_tests()
     # test_every_registered_mistake_is_caught_by_its_own_hint,
@@ -525,7 +663,7 @@ globals().update(
 
 
 def test_chapter_four_registry():
-    SUITE.assert_registry(numbers=["4.1", "4.2", "4.3"])
+    SUITE.assert_registry(numbers=["4.1", "4.2", "4.3", "4.6", "4.7"])
 
 
 # --------------------------------------------------------------------------- solutions and stubs
@@ -712,3 +850,37 @@ def test_binary_reference_is_pythons_binary_digits():
         assert torch.equal(ch04.binary_table_reference(T, d), expected)
 
 
+
+
+@pytest.mark.parametrize("right", [learner_look(), look_from_numpy_rotations, learner_look(scale=5.0),
+                                   learner_look(dtype=torch.float32)])
+def test_other_right_look_back_matrices_pass(right):
+    """Judged by behaviour: a positive multiple, NumPy's blocks and a float32 matrix all attend k back."""
+    for seed in SEEDS:
+        assert verdict_for("look_back_matrix", right, seed).passed
+
+
+@pytest.mark.parametrize("right", [alibi_loops, alibi_triu_mask])
+def test_other_right_alibis_pass(right):
+    for seed in SEEDS:
+        assert verdict_for("alibi", right, seed).passed
+
+
+def test_look_back_reference_moves_the_table_back_and_peaks_k_back():
+    """PE[m] @ A = PE[m - k] on the library's table, and the scores are Σ_i cos((m - k - n) θ_i), written out."""
+    for d, k in checks.cases_for(checks.EXERCISES["look_back_matrix"], 3):
+        A = ch04.look_back_matrix_reference(d, k)
+        PE = positions.sinusoidal_positions(40, d, dtype=F64)
+        torch.testing.assert_close(PE[k:] @ A, PE[:40 - k], rtol=0, atol=1e-12)
+        m, n = 17, 5
+        closed = sum(math.cos((m - k - n) * 10000 ** (-2 * i / d)) for i in range(d // 2))
+        assert (PE[m] @ A @ PE[n]).item() == pytest.approx(closed, abs=1e-12)
+        assert ch04._look_ok((d, k), A, A)
+        assert ch04._look_ok((d, k), A.T, A) == (k == 0)      # the transpose looks ahead
+
+
+def test_alibi_reference_is_the_closed_form():
+    for T, slopes in checks.cases_for(checks.EXERCISES["alibi"], 3):
+        expected = torch.tensor([[[-s * (m - n) if n <= m else -math.inf for n in range(T)] for m in range(T)]
+                                 for s in slopes.tolist()], dtype=F64)
+        assert torch.equal(ch04.alibi_reference(T, slopes), expected)

@@ -269,3 +269,64 @@ def test_a_position_model_learns_look_back(one_thread):
     idx, tg = batch(torch.Generator().manual_seed(9))
     assert accuracy_by_position(m, idx, tg)[1:].mean() > 0.5
     assert F.cross_entropy(m(idx).flatten(0, 1), tg.flatten(), ignore_index=-100) < 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# ALiBi
+# --------------------------------------------------------------------------------------------
+
+
+def test_alibi_model_starts_from_the_shared_weights_and_uses_the_papers_slopes_by_default():
+    torch.manual_seed(3)
+    none = PositionLM(11, 16, 2, 2, positions="none").state_dict()
+    torch.manual_seed(3)
+    m = PositionLM(11, 16, 2, 2, positions="alibi")
+    state = m.state_dict()
+    renamed = {k.replace(".attn.attn.", ".attn."): v for k, v in state.items() if not k.endswith("slopes")}
+    assert set(renamed) == set(none) and all(torch.equal(renamed[k], none[k]) for k in none)
+    for block in m.stack.blocks:
+        assert block.attn.slopes.tolist() == [1 / 16, 1 / 256]
+
+
+def test_alibi_model_scores_by_hand():
+    """One ALiBi layer, written out: softmax(q kᵀ/√d_head - slope·(m - n), causal) v, per head."""
+    torch.manual_seed(0)
+    m = PositionLM(11, 8, 1, 2, positions="alibi", alibi_slopes=(0.5, 2.0)).double()
+    idx = ids(B=2, T=5)
+    block = m.stack.blocks[0]
+    a = block.attn.attn
+    x = block.ln_1(m.tok(idx))
+    q, k, v = (p(x).view(2, 5, 2, 4).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+    heads = []
+    for h, slope in enumerate((0.5, 2.0)):
+        scores = q[:, h] @ k[:, h].transpose(-1, -2) / 2.0
+        scores = scores - slope * torch.tensor([[max(i - j, 0) for j in range(5)] for i in range(5)])
+        scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), -math.inf)
+        heads.append(torch.softmax(scores, -1) @ v[:, h])
+    expected = a.o_proj(torch.cat(heads, -1))
+    assert_close(block.attn(x), expected)
+
+
+def test_alibi_model_is_causal_and_runs_past_any_length():
+    m = model("alibi", max_len=4)
+    idx = ids(B=2, T=20)
+    out = m(idx)
+    changed = idx.clone()
+    changed[:, 12:] = (changed[:, 12:] + 1) % 11
+    assert_close(m(changed)[:, :12], out[:, :12])
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"positions": "rotary", "alibi_slopes": (0.5, 0.25)}, "alibi_slopes is for positions='alibi'"),
+    ({"positions": "alibi", "alibi_slopes": (0.5,)}, "one number per head"),
+])
+def test_alibi_bad_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PositionLM(11, 16, 1, 2, **kwargs)
+
+
+def test_alibi_layer_refuses_a_mask_or_a_cache():
+    m = model("alibi")
+    x = torch.zeros(1, 3, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match="no mask and no cache"):
+        m.stack.blocks[0].attn(x, torch.ones(3, 3, dtype=torch.bool))

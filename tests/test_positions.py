@@ -3,7 +3,8 @@
 References are closed forms written here with Python's ``math`` module (sinusoids), Python's own
 binary formatting (``format(t, "b")``), complex arithmetic (rotary embeddings: each pair is a
 complex number multiplied by ``exp(i·p·θ)``), 2×2 rotation matrices built in the test, and
-PyTorch's ``F.scaled_dot_product_attention``; never outputs of the code under test.
+PyTorch's ``F.scaled_dot_product_attention`` (also with ALiBi's bias as a float mask), the ALiBi
+paper's slope recipe transcribed; never outputs of the code under test.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tinyformer.blocks import TransformerBlock, TransformerStack
 from tinyformer.positions import (
     LearnedPositions,
     RotaryEmbedding,
+    alibi_bias,
+    alibi_slopes,
     apply_rotary,
     binary_positions,
     frequencies,
@@ -822,3 +825,76 @@ def test_on_cuda_matches_cpu(gen):
     h = rand(gen, 2, 6, 16)
     expected = attn(h)
     assert_close(attn.cuda()(h.cuda()).cpu(), expected)
+
+
+# --------------------------------------------------------------------------- ALiBi
+
+
+def paper_slopes(n):
+    """The slopes of the ALiBi paper's reference code (Press et al., 2022), transcribed."""
+    def power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + paper_slopes(2 * closest)[0::2][:n - closest]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 12, 16])
+def test_alibi_slopes_are_the_papers(n):
+    assert_close(alibi_slopes(n), torch.tensor(paper_slopes(n), dtype=torch.float64), rtol=1e-14, atol=0)
+    assert alibi_slopes(n).dtype == torch.float64
+
+
+def test_alibi_slopes_for_eight_heads_halve_from_one_half():
+    assert alibi_slopes(8).tolist() == [2.0 ** -j for j in range(1, 9)]
+
+
+@pytest.mark.parametrize("T", [1, 2, 7])
+def test_alibi_bias_closed_form(T):
+    slopes = [0.5, 0.25, 3.0]
+    bias = alibi_bias(T, torch.tensor(slopes, dtype=torch.float64))
+    expected = [[[-s * (m - n) if n <= m else -math.inf for n in range(T)] for m in range(T)] for s in slopes]
+    assert bias.dtype == torch.float64 and bias.shape == (3, T, T)
+    assert torch.equal(bias, torch.tensor(expected, dtype=torch.float64))
+    assert not torch.signbit(bias.diagonal(dim1=-2, dim2=-1)).any()          # +0 on the diagonal, not -0
+
+
+def test_alibi_bias_of_a_list_is_float32():
+    assert alibi_bias(3, [0.5]).dtype == torch.float32
+
+
+@pytest.mark.parametrize(("slopes", "match"), [
+    ([], "one number per head"), ([[0.5]], "one number per head"), ([0.5, -1.0], "positive"),
+    ([0.0], "positive"), ([math.inf], "finite"), ([math.nan], "positive"),
+])
+def test_alibi_bias_refuses_bad_slopes(slopes, match):
+    with pytest.raises(ValueError, match=match):
+        alibi_bias(4, slopes)
+
+
+def test_alibi_bias_refuses_a_bad_length():
+    with pytest.raises((TypeError, ValueError), match="T"):
+        alibi_bias(0, [0.5])
+
+
+def test_alibi_attention_matches_torch_with_a_float_mask():
+    """ALiBiAttention equals torch's scaled_dot_product_attention given the bias as an additive float mask,
+    with the layer's own projections."""
+    from tinyformer.attention import merge_heads, split_heads
+    from tinyformer.experiments.ch04 import ALiBiAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(12, 3, causal=True).double()
+    layer = ALiBiAttention(attn, [0.5, 0.25, 0.125]).double()
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    q, k, v = (split_heads(p(x), 3) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    t = torch.arange(6)
+    mask = torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64)[:, None, None] * (t[None, :] - t[:, None])
+    mask = mask.masked_fill(t[None, :] > t[:, None], -math.inf)
+    expected = attn.o_proj(merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+    out, weights = layer(x, return_weights=True)
+    assert_close(out, expected)
+    assert_close(layer(x), expected)
+    assert weights.shape == (2, 3, 6, 6) and torch.all(weights.triu(1) == 0)

@@ -13,6 +13,10 @@ where each token sits. Two families do that:
   so a score depends only on how far apart the two tokens are
   (:func:`apply_rotary`, :class:`RotaryEmbedding`).
 
+A third kind adds no vectors at all: **ALiBi** adds to each score a
+penalty proportional to the distance between query and key, one slope
+per head (:func:`alibi_slopes`, :func:`alibi_bias`).
+
 Every function builds its tensors on the device it is given (or the
 input's), so the same code runs on a CPU and a GPU.
 """
@@ -244,7 +248,49 @@ class RotaryEmbedding(nn.Module):
         return f"d_head={self.d_head}, base={self.base:g}"
 
 
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes (Press et al., 2022), float64 ``(n_heads,)``:
+    for a power of two, the geometric sequence ``2^(-8/n)``,
+    ``2^(-16/n)``, … ``2^(-8)``, so that with 8 heads they are 1/2, 1/4, …
+    1/256. Other head counts take the sequence of the power of two below
+    and fill up with every other slope of the one above, as the paper's
+    code does."""
+    n_heads = check_int("n_heads", n_heads)
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8 * (h + 1) / n) for h in range(n)]
+
+    below = 2 ** int(math.log2(n_heads))
+    slopes = power_of_two(below)
+    slopes += power_of_two(2 * below)[0::2][:n_heads - below]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def alibi_bias(T: int, slopes, device=None) -> torch.Tensor:
+    """The ``(n_heads, T, T)`` ALiBi bias added to causal attention scores:
+    entry ``[h, m, n]`` is ``-slopes[h] · (m - n)`` for a key at or before
+    the query (``n <= m``), and ``-inf`` after it (the causal mask folded
+    in). The penalty grows with distance and does not depend on where the
+    pair sits, so there is no maximum length. ``slopes``: a 1-D tensor or a
+    sequence of positive numbers, one per head; the bias has the slopes'
+    floating dtype (float32 for a list)."""
+    T = check_int("T", T)
+    slopes = torch.as_tensor(slopes, device=device)
+    if not slopes.is_floating_point():
+        slopes = slopes.float()
+    if slopes.dim() != 1 or len(slopes) == 0:
+        raise ValueError(f"slopes must hold one number per head, got shape "
+                         f"{tuple(slopes.shape)}")
+    if not bool(torch.all(slopes > 0)) or not bool(torch.all(slopes.isfinite())):
+        raise ValueError(f"slopes must be positive and finite, got "
+                         f"{slopes.tolist()}")
+    t = torch.arange(T, device=slopes.device)
+    offset = (t[None, :] - t[:, None]).float()                # (T, T): n - m
+    bias = slopes[:, None, None] * offset                     # (n_heads, T, T)
+    return bias.masked_fill(offset > 0, float("-inf"))        # keys after m
+
+
 __all__ = [
-    "apply_rotary", "binary_positions", "frequencies", "LearnedPositions",
+    "alibi_bias", "alibi_slopes", "apply_rotary", "binary_positions", "frequencies", "LearnedPositions",
     "RotaryEmbedding", "rotate_pairs", "sinusoidal_positions",
 ]

@@ -1,6 +1,8 @@
 """Chapter 4 (positions): the exercises, their test inputs, references, known mistakes and hints.
 
-Exercises 4.1-4.3 have checks (4.4 is an experiment and 4.5 a proof, without one). The drill
+Exercises 4.1-4.3, 4.6 and 4.7 have checks (4.4 is an experiment, 4.5 a proof and 4.8 an account,
+without one). 4.6 is judged by what its matrix does (the scores peak where they should), not by its
+entries: any positive multiple of the shift, for instance, passes. The drill
 ``binary_table`` keeps a public check but is no exercise of the chapter notebook, so the grader does
 not expect it.
 
@@ -23,7 +25,7 @@ import torch
 
 from tinyformer.course.engine import Exercise, register, safe_diagnosis
 from tinyformer.course.engine import randint as _randint
-from tinyformer.positions import apply_rotary, binary_positions, sinusoidal_positions
+from tinyformer.positions import alibi_bias, alibi_slopes, apply_rotary, binary_positions, sinusoidal_positions
 
 CHAPTER = "04-positions"
 F64 = torch.float64
@@ -463,6 +465,203 @@ register(Exercise(
     generic_hint="for p = offset + t and θ_i = 10000^(-2i/d), turn each pair (a, b) = (x[..., 2i], x[..., 2i+1]) "
                  "into (a cos pθ_i - b sin pθ_i, a sin pθ_i + b cos pθ_i); compare with a loop over t and i on a "
                  "small x.",
+))
+
+
+# --------------------------------------------------------------------------- 4.6 attending 3 back, by hand
+
+
+LOOK_T = 64            # positions 0..63: four times the chapter's training length
+
+
+def _look_cases(g):
+    """(d, k): the chapter's width 16 and k = 3 first, then narrow and wide tables (d/2 odd once), k = 0
+    (the query itself) and a random case. d >= 4, so that two pairs make the peak unique."""
+    return [(16, 3), (8, 3), (4, 1), (6, 2), (32, 7), (16, 0), (2 * _randint(g, 2, 16), _randint(g, 1, 12))]
+
+
+def look_back_matrix_reference(d: int, k: int) -> torch.Tensor:
+    """A = M_{-k}: the shift matrices of Exercise 4.2 with angle -k·θ_i on the diagonal, so that
+    PE[m] @ A = PE[m - k] and the score PE[m] A PE[n]ᵀ = Σ_i cos((m - k - n) θ_i) peaks at n = m - k."""
+    A = torch.zeros(d, d, dtype=F64)
+    for i in range(d // 2):
+        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = shift_matrix_reference(BASE ** (-2 * i / d), -k)
+    return A
+
+
+def _look_scores(d: int, A: torch.Tensor) -> torch.Tensor:
+    PE = sinusoidal_positions(LOOK_T, d, dtype=F64)                      # (T, d)
+    return PE @ A.to(F64) @ PE.T                                         # (T, T): query m, key n
+
+
+def _look_ok(case, A, ref) -> bool:
+    """Every query m >= k gives its highest score, over all 64 keys n (later ones too: a statement
+    about the scores, not the mask), to n = m - k, ahead of the next best by a margin."""
+    d, k = case
+    if not (isinstance(A, torch.Tensor) and A.is_floating_point() and A.shape == (d, d)
+            and bool(torch.isfinite(A).all())):
+        return False
+    S = _look_scores(d, A)[k:]                                           # (T - k, T): queries m >= k
+    rows = torch.arange(len(S))
+    best = S[rows, rows]                                                 # n = m - k
+    others = S.clone()
+    others[rows, rows] = -math.inf
+    margin = 1e-6 * S.abs().max().clamp_min(1e-300)
+    return bool((best > others.max(-1).values + margin).all())
+
+
+def _look(*, angle="-k", exponent="pair"):
+    """A block-diagonal A with the mistakes named by the keywords; the defaults are right."""
+    def wrong(d, k):
+        A = torch.zeros(d, d, dtype=F64)
+        for i in range(d // 2):
+            theta = BASE ** (-{"pair": 2 * i / d, "column": 4 * i / d}[exponent])
+            shift = {"-k": -k * theta, "+k": k * theta, "k": -float(k), "0": 0.0}[angle]
+            A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = _rotation(shift)
+        return A
+    return wrong
+
+
+def _rotation(angle: float) -> torch.Tensor:
+    """The row-vector shift by `angle` of Exercise 4.2: [sin a, cos a] @ M = [sin(a + angle), cos(a + angle)]."""
+    c, s = math.cos(angle), math.sin(angle)
+    return torch.tensor([[c, -s], [s, c]], dtype=F64)
+
+
+LOOK_AHEAD = ("your scores peak k positions ahead, at n = m + k: PE[m] @ M_k is PE[m + k]. "
+              "Turn the other way, M_{-k} (the transpose of M_k): then PE[m] @ A = PE[m - k], and the score is "
+              "largest where n = m - k.")
+LOOK_SELF = ("your A does not turn the pairs, so every score peaks at the query itself (n = m): PE[m] is most "
+             "like PE[m]. Put the shift M_{-k} of Exercise 4.2 (angle -k·θ_i in pair i) on the diagonal.")
+LOOK_WHERE = ("with A = M_{-k}, PE[m] @ A = PE[m - k] and the score PE[m - k]·PE[n] = Σ_i cos((m - k - n) θ_i) is "
+              "largest, d/2, where n = m - k. Build A from d/2 blocks of 2 x 2: pair i holds the shift of Exercise "
+              "4.2 with ω = θ_i = 10000^(-2i/d) and -k positions.")
+
+LOOK_MISTAKES = [
+    (_look(angle="+k"), LOOK_AHEAD),
+    (_look(angle="0"), LOOK_SELF),
+    (_look(angle="k"), "every pair turned by the same angle k: pair i must turn by k·θ_i, its own frequency "
+                       "θ_i = 10000^(-2i/d), as in the table; with one angle for all, the pairs disagree about "
+                       "where m - k is."),
+    (_look(exponent="column"), "your frequencies came from the column index, 10000^(-2·2i/d): pair i of the table "
+                               "turns at θ_i = 10000^(-2i/d), and its block must turn at the same rate."),
+]
+
+
+def _diagnose_look(cases, outputs, refs):
+    for (d, k), A in zip(cases, outputs):
+        if not (isinstance(A, torch.Tensor) and A.is_floating_point() and A.shape == (d, d)
+                and bool(torch.isfinite(A).all())):
+            return None
+        if _look_ok((d, k), A, None):
+            continue
+        hint = _loose_mistake(LOOK_MISTAKES, cases, [a.to(F64) for a in outputs], 1e-5)
+        if hint is not None:                    # a known mistake, its blocks rounded to float32
+            return f"wrong output. Hint: {hint}"
+        peaks = _look_scores(d, A).argmax(-1)                            # (T,): the best key of each query
+        bad = next((m for m in range(k, LOOK_T) if int(peaks[m]) != m - k), k)
+        at = (f"for d = {d}, k = {k}: the query at m = {bad} gives its highest score to the key at "
+              f"n = {int(peaks[bad])}, not {bad - k}")
+        offsets = [int(peaks[m]) - m for m in range(k, LOOK_T - k)]
+        if k > 0 and all(o == k for o in offsets):
+            return f"{at}. Hint: {LOOK_AHEAD}"
+        identity = torch.allclose(A.to(F64), A[0, 0].to(F64) * torch.eye(d, dtype=F64))
+        if k > 0 and all(o == 0 for o in offsets) and identity:
+            return f"{at}. Hint: {LOOK_SELF}"
+        return f"{at}. Hint: {LOOK_WHERE}"
+    return None
+
+
+register(Exercise(
+    name="look_back_matrix", number="4.6", function="look_back_matrix", chapter=CHAPTER, args=("d", "k"),
+    library_answers=("tinyformer.course.ch04.look_back_matrix_reference",),
+    make_cases=_look_cases, reference=look_back_matrix_reference,
+    returns="the (d, d) matrix A whose scores PE[m] A PE[n]ᵀ peak at n = m - k",
+    exact_dtype=False, integers_for_floats=False, compare=_look_ok, mistakes=LOOK_MISTAKES,
+    error_hints=[
+        (TypeError, r"must be Tensor, not (float|int)",
+         "θ_i and k are plain Python numbers here: math.cos and math.sin take them (torch.cos and torch.sin need "
+         "tensors)."),
+    ],
+    diagnose=safe_diagnosis(_diagnose_look), diagnose_hints=(LOOK_WHERE,),
+    generic_hint="PE[m] @ A should be PE[m - k]: reuse shift_matrix of Exercise 4.2 for each pair i, with "
+                 "ω = θ_i and -k positions, and place the d/2 blocks on the diagonal of a (d, d) float64 matrix.",
+))
+
+
+# --------------------------------------------------------------------------- 4.7 ALiBi's bias
+
+
+def _alibi_cases(g):
+    """(T, slopes), slopes a float64 tensor: the chapter's two heads, one head, the paper's 4 and 8 heads,
+    slopes out of order, T = 1; T differs from the number of heads but once (so heads on the wrong axis
+    raise or show in the shape); then a random case."""
+    n = _randint(g, 1, 6)
+    fixed = [(6, [0.5, 0.25]), (5, [1.0]), (9, alibi_slopes(4).tolist()), (4, alibi_slopes(8).tolist()),
+             (7, [0.1, 2.0, 0.3]), (1, [0.5, 0.25]), (3, [0.5, 0.25, 0.125])]
+    cases = [(T, torch.tensor(s, dtype=F64)) for T, s in fixed]
+    cases.append((_randint(g, 2, 12), 0.05 + 2 * torch.rand(n, generator=g, dtype=F64)))
+    return cases
+
+
+def alibi_reference(T: int, slopes: torch.Tensor) -> torch.Tensor:
+    return alibi_bias(T, slopes)
+
+
+def _alibi(*, sign=-1, future="-inf", diagonal="visible", slope=True, layout="h,T,T", distance="m-n"):
+    """The ALiBi bias with the mistakes named by the keywords; the defaults are right."""
+    def wrong(T, slopes):
+        m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        dist = (m - n).to(F64)                                           # (T, T)
+        if distance == "abs":
+            dist = dist.abs()
+        s = slopes if slope else torch.ones_like(slopes)
+        bias = sign * s[:, None, None] * dist                            # (h, T, T)
+        hidden = n > m if diagonal == "visible" else n >= m
+        fill = {"-inf": -math.inf, "0": 0.0, "-1e9": -1e9}.get(future)
+        if fill is not None:
+            bias = bias.masked_fill(hidden, fill)
+        if layout == "T,T,h":
+            bias = bias.permute(1, 2, 0)
+        elif layout == "keys in rows":
+            bias = bias.transpose(-1, -2)
+        return bias
+    return wrong
+
+
+ALIBI_MISTAKES = [
+    (_alibi(sign=1), "your bias rewards distance: a key m - n positions back must lose slope·(m - n), so the bias "
+                     "is -slope·(m - n) (0 on the diagonal, more negative further back)."),
+    (_alibi(future="none"), "the keys after the query (n > m) have a bias too: fold the causal mask in, -inf "
+                            "wherever n > m, so that they get no weight after the softmax."),
+    (_alibi(future="none", distance="abs"), "you penalised |m - n| on both sides, the bidirectional form: this "
+                                            "bias is causal, -inf wherever n > m."),
+    (_alibi(future="0"), "the keys after the query got 0, which hides nothing: they must get -inf, so that the "
+                         "softmax gives them weight exactly 0."),
+    (_alibi(future="-1e9"), "the keys after the query got a large negative number: the statement asks for -inf, "
+                            "float('-inf'), which gives them weight exactly 0 whatever the other scores."),
+    (_alibi(diagonal="hidden"), "you hid the query's own key too (n >= m): a query sees itself, at distance 0 "
+                                "and with no penalty; hide only n > m."),
+    (_alibi(slope=False), "every head got slope 1: head h multiplies the distance by its own slopes[h]."),
+    (_alibi(layout="T,T,h"), "the heads come last, (T, T, n_heads): put them first, (n_heads, T, T), with "
+                             "slopes[:, None, None] * distance."),
+    (_alibi(layout="keys in rows"), "your rows are the keys and your columns the queries: entry [h, m, n] is the "
+                                    "query at m and the key at n, so -inf goes above the diagonal (n > m)."),
+]
+
+
+register(Exercise(
+    name="alibi", number="4.7", function="alibi", chapter=CHAPTER, args=("T", "slopes"),
+    library_answers=("tinyformer.positions.alibi_bias",),
+    make_cases=_alibi_cases, reference=alibi_reference, returns="the (n_heads, T, T) bias",
+    rtol=1e-12, atol=1e-12, mistakes=ALIBI_MISTAKES,
+    error_hints=[
+        (RuntimeError, r"must match the size of tensor",
+         "slopes has one entry per head and the distances are (T, T): give slopes two new axes, "
+         "slopes[:, None, None], so that the product is (n_heads, T, T)."),
+    ],
+    generic_hint="entry [h, m, n] is -slopes[h]·(m - n) for n <= m and -inf for n > m; for T = 3 and one head "
+                 "of slope 0.5 the rows read [0, -inf, -inf], [-0.5, 0, -inf], [-1, -0.5, 0].",
 ))
 
 

@@ -1,7 +1,8 @@
 """Chapter 4 (positions): one small model with each way of giving positions, and its tasks.
 
 :class:`PositionLM` is a causal language model whose variants differ only in their position
-scheme (none, learned, sinusoidal, binary, rotary); the chapter trains each on the look-back task
+scheme (none, learned, sinusoidal, binary, rotary; and ALiBi, a distance penalty in every
+attention layer, :class:`ALiBiAttention`); the chapter trains each on the look-back task
 of :mod:`~tinyformer.experiments.toy` and on a reversal task whose rule depends on absolute
 positions (:func:`reverse_batch`), with a per-token loss (:func:`token_loss`) and the accuracy at
 each position (:func:`accuracy_by_position`). :func:`draw_position_paths` draws where positions
@@ -25,13 +26,57 @@ from tinyformer.viz import FONT, PART_COLOURS, add_node, arrow, box, schematic_a
 POSITION_SCHEMES = ("none", "learned", "sinusoidal", "binary", "rotary")
 
 
+class ALiBiAttention(nn.Module):
+    """Causal self-attention with ALiBi (Press et al., 2022): the layer
+    ``attn`` (a :class:`~tinyformer.attention.MultiHeadAttention`, whose
+    projections it uses) with the bias of
+    :func:`~tinyformer.positions.alibi_bias` added to every head's scores:
+    no position vectors, only a penalty ``slope · distance``, steeper in
+    some heads than in others. Wrapping the layer keeps its initial
+    weights, so an ALiBi model starts where the other schemes do."""
+
+    def __init__(self, attn: nn.Module, slopes):
+        super().__init__()
+        if getattr(attn, "rotary", None) is not None or not attn.causal:
+            raise ValueError("attn must be a causal layer without rotary "
+                             "positions")
+        slopes = torch.as_tensor(slopes, dtype=torch.float32)
+        if slopes.shape != (attn.n_heads,):
+            raise ValueError(f"slopes must hold one number per head "
+                             f"(n_heads={attn.n_heads}), got shape "
+                             f"{tuple(slopes.shape)}")
+        self.attn = attn
+        self.register_buffer("slopes", slopes)
+
+    def forward(self, x: torch.Tensor, mask=None, cache=None,
+                return_weights: bool = False):
+        """x: ``(..., T, d_model)`` -> ``(..., T, d_model)``, and the weights
+        ``(..., n_heads, T, T)`` if asked."""
+        from tinyformer.attention import merge_heads, split_heads
+        from tinyformer.positions import alibi_bias
+
+        if mask is not None or cache is not None:
+            raise ValueError("ALiBiAttention takes no mask and no cache")
+        a, T = self.attn, x.shape[-2]
+        q, k, v = (split_heads(proj(x), a.n_heads)          # (..., h, T, d_head)
+                   for proj in (a.q_proj, a.k_proj, a.v_proj))
+        scores = q @ k.transpose(-2, -1) / a.d_head ** 0.5  # (..., h, T, T)
+        scores = scores + alibi_bias(T, self.slopes, x.device)
+        weights = scores.softmax(dim=-1)                    # -inf: weight 0
+        out = a.o_proj(merge_heads(weights @ v))           # (..., T, d_model)
+        return (out, weights) if return_weights else out
+
+
 class PositionLM(nn.Module):
     """A small causal language model that differs between variants only in
     how it learns where a token sits: token embedding, plus an absolute
     position table at the input (``"learned"``, ``"sinusoidal"``,
     ``"binary"``), then a :class:`~tinyformer.blocks.TransformerStack`
     whose attention rotates queries and keys (``"rotary"``) or not, then a
-    linear head. ``"none"`` gives no positions at all.
+    linear head. ``"none"`` gives no positions at all. ``"alibi"`` (not one
+    of :data:`POSITION_SCHEMES`, which the chapter compares) wraps every
+    attention layer in :class:`ALiBiAttention` with ``alibi_slopes``
+    (default: the paper's slopes for ``n_heads`` heads).
 
     ``max_len`` bounds the learned table only (the other schemes have no
     maximum; the binary one counts up to ``2**d_model``). Token ids
@@ -40,14 +85,16 @@ class PositionLM(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_layer: int = 2,
                  n_heads: int = 4, positions: str = "learned",
-                 max_len: int = 64, causal: bool = True):
+                 max_len: int = 64, causal: bool = True, alibi_slopes=None):
         super().__init__()
         from tinyformer.blocks import TransformerStack
-        from tinyformer.positions import LearnedPositions
+        from tinyformer.positions import LearnedPositions, alibi_slopes as paper_slopes
 
-        if positions not in POSITION_SCHEMES:
-            raise ValueError(f"positions must be one of {POSITION_SCHEMES}, "
-                             f"got {positions!r}")
+        if positions not in POSITION_SCHEMES + ("alibi",):
+            raise ValueError(f"positions must be one of {POSITION_SCHEMES} "
+                             f"or 'alibi', got {positions!r}")
+        if alibi_slopes is not None and positions != "alibi":
+            raise ValueError("alibi_slopes is for positions='alibi' only")
         self.vocab_size = check_int("vocab_size", vocab_size)
         self.d_model = check_int("d_model", d_model)
         self.max_len = check_int("max_len", max_len)
@@ -59,6 +106,11 @@ class PositionLM(nn.Module):
         self.stack = TransformerStack(n_layer, self.d_model, n_heads,
                                       causal=causal,
                                       rotary=positions == "rotary")
+        if positions == "alibi":
+            slopes = (paper_slopes(n_heads) if alibi_slopes is None
+                      else alibi_slopes)
+            for block in self.stack.blocks:
+                block.attn = ALiBiAttention(block.attn, slopes)
         self.head = nn.Linear(self.d_model, self.vocab_size)
         # made last, so that under one seed every scheme starts from the
         # same token embedding, blocks and head
@@ -207,6 +259,6 @@ def draw_position_paths(ax=None):
 
 
 __all__ = [
-    "POSITION_SCHEMES", "PositionLM", "accuracy_by_position", "draw_position_paths", "reverse_batch",
+    "ALiBiAttention", "POSITION_SCHEMES", "PositionLM", "accuracy_by_position", "draw_position_paths", "reverse_batch",
     "token_loss",
 ]
