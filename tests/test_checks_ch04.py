@@ -439,7 +439,8 @@ def look_torch_cos(d, k):
     A = torch.zeros(d, d, dtype=torch.float64)
     for i in range(d // 2):
         a = -k * 10000 ** (-2 * i / d)
-        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[torch.cos(a), -torch.sin(a)], [torch.sin(a), torch.cos(a)]])
+        c, s = torch.cos(a), torch.sin(a)
+        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, -s], [s, c]])
     return A
 
 

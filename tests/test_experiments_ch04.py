@@ -291,7 +291,7 @@ def test_alibi_model_starts_from_the_shared_weights_and_uses_the_papers_slopes_b
 def test_alibi_model_scores_by_hand():
     """One ALiBi layer, written out: softmax(q kᵀ/√d_head - slope·(m - n), causal) v, per head."""
     torch.manual_seed(0)
-    m = PositionLM(11, 8, 1, 2, positions="alibi", alibi_slopes=(0.5, 2.0)).double()
+    m = PositionLM(11, 8, 1, 2, positions="alibi", slopes=(0.5, 2.0)).double()
     idx = ids(B=2, T=5)
     block = m.stack.blocks[0]
     a = block.attn.attn
@@ -317,8 +317,8 @@ def test_alibi_model_is_causal_and_runs_past_any_length():
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"positions": "rotary", "alibi_slopes": (0.5, 0.25)}, "alibi_slopes is for positions='alibi'"),
-    ({"positions": "alibi", "alibi_slopes": (0.5,)}, "one number per head"),
+    ({"positions": "rotary", "slopes": (0.5, 0.25)}, "slopes is for positions='alibi'"),
+    ({"positions": "alibi", "slopes": (0.5,)}, "one number per head"),
 ])
 def test_alibi_bad_construction(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -58,12 +58,12 @@ class ALiBiAttention(nn.Module):
         if mask is not None or cache is not None:
             raise ValueError("ALiBiAttention takes no mask and no cache")
         a, T = self.attn, x.shape[-2]
-        q, k, v = (split_heads(proj(x), a.n_heads)          # (..., h, T, d_head)
+        q, k, v = (split_heads(proj(x), a.n_heads)   # (..., h, T, d_head)
                    for proj in (a.q_proj, a.k_proj, a.v_proj))
-        scores = q @ k.transpose(-2, -1) / a.d_head ** 0.5  # (..., h, T, T)
+        scores = q @ k.transpose(-2, -1) / a.d_head ** 0.5   # (..., h, T, T)
         scores = scores + alibi_bias(T, self.slopes, x.device)
-        weights = scores.softmax(dim=-1)                    # -inf: weight 0
-        out = a.o_proj(merge_heads(weights @ v))           # (..., T, d_model)
+        weights = scores.softmax(dim=-1)             # -inf: weight 0
+        out = a.o_proj(merge_heads(weights @ v))     # (..., T, d_model)
         return (out, weights) if return_weights else out
 
 
@@ -75,8 +75,8 @@ class PositionLM(nn.Module):
     whose attention rotates queries and keys (``"rotary"``) or not, then a
     linear head. ``"none"`` gives no positions at all. ``"alibi"`` (not one
     of :data:`POSITION_SCHEMES`, which the chapter compares) wraps every
-    attention layer in :class:`ALiBiAttention` with ``alibi_slopes``
-    (default: the paper's slopes for ``n_heads`` heads).
+    attention layer in :class:`ALiBiAttention` with ``slopes`` (default:
+    the paper's slopes for ``n_heads`` heads).
 
     ``max_len`` bounds the learned table only (the other schemes have no
     maximum; the binary one counts up to ``2**d_model``). Token ids
@@ -85,16 +85,16 @@ class PositionLM(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_layer: int = 2,
                  n_heads: int = 4, positions: str = "learned",
-                 max_len: int = 64, causal: bool = True, alibi_slopes=None):
+                 max_len: int = 64, causal: bool = True, slopes=None):
         super().__init__()
         from tinyformer.blocks import TransformerStack
-        from tinyformer.positions import LearnedPositions, alibi_slopes as paper_slopes
+        from tinyformer.positions import LearnedPositions, alibi_slopes
 
         if positions not in POSITION_SCHEMES + ("alibi",):
             raise ValueError(f"positions must be one of {POSITION_SCHEMES} "
                              f"or 'alibi', got {positions!r}")
-        if alibi_slopes is not None and positions != "alibi":
-            raise ValueError("alibi_slopes is for positions='alibi' only")
+        if slopes is not None and positions != "alibi":
+            raise ValueError("slopes is for positions='alibi' only")
         self.vocab_size = check_int("vocab_size", vocab_size)
         self.d_model = check_int("d_model", d_model)
         self.max_len = check_int("max_len", max_len)
@@ -107,8 +107,8 @@ class PositionLM(nn.Module):
                                       causal=causal,
                                       rotary=positions == "rotary")
         if positions == "alibi":
-            slopes = (paper_slopes(n_heads) if alibi_slopes is None
-                      else alibi_slopes)
+            if slopes is None:               # the paper's, for n_heads heads
+                slopes = alibi_slopes(n_heads)
             for block in self.stack.blocks:
                 block.attn = ALiBiAttention(block.attn, slopes)
         self.head = nn.Linear(self.d_model, self.vocab_size)
