@@ -556,7 +556,7 @@ WRONG = [
     ("shift_matrix", lambda omega, k: [[1.0, 0.0], [0.0, 1.0]], "returned a list of 2 items; return a torch.Tensor"),
     ("shift_matrix", lambda omega, k: torch.eye(3, dtype=F64), "output shape (3, 3), expected (2, 2) for omega = "
                                                                "1.0, k = 3."),
-    ("rope", learner_rope(layout="half"), "the 'rotate_half' layout of GPT-NeoX and Llama"),
+    ("rope", learner_rope(layout="half"), "the 'rotate_half' layout of GPT-NeoX and Hugging Face's Llama"),
     ("rope", rope_rotate_half, "wrong output (and float32 rounding: build the positions and frequencies with "
                                "dtype=x.dtype). Hint: you paired x[i] with x[i + d/2]"),
     ("rope", learner_rope(sign=-1), "your pairs turn the wrong way"),
@@ -607,7 +607,9 @@ WRONG = [
     ("alibi", learner_alibi(heads="last"), "the heads come last, (T, T, n_heads)"),
     ("alibi", learner_alibi(heads="keys in rows"), "your rows are the keys and your columns the queries"),
     ("alibi", alibi_slopes_2d, "give slopes two new axes"),
-    ("alibi", learner_alibi(dtype=torch.float32), "returned torch.float32 for torch.float64"),
+    ("alibi", learner_alibi(dtype=torch.float32),
+     "returned torch.float32 for torch.float64 inputs: keep the inputs' dtype — avoid .float(), and create new "
+     "tensors with dtype=slopes.dtype"),
     ("binary_table", bits_from_format, "your columns start at the most significant bit"),
     ("binary_table", learner_bits(msb_first=True), "your columns start at the most significant bit"),
     ("binary_table", learner_bits(signed=True), "your table holds -1 and +1"),
@@ -692,7 +694,7 @@ def test_the_known_layouts_of_other_code_bases_are_named(wrong_verdicts):
     is named as the half-split layout, with its float32 frequencies."""
     verdicts = {WRONG[k][1]: wrong_verdicts[k][0].message for k in range(len(WRONG))}
     assert "This book interleaves them" in verdicts[table_blocks_tensor2tensor]
-    assert "GPT-NeoX and Llama" in verdicts[rope_rotate_half]
+    assert "GPT-NeoX and Hugging Face's Llama" in verdicts[rope_rotate_half]
 
 
 @pytest.mark.parametrize("name", ["sinusoidal_table", "binary_table"])

@@ -387,9 +387,10 @@ ROPE_ANGLE = ("the pair i of the token at position p = offset + t turns by the a
               "θ_i = 10000^(-2i/d).")
 
 ROPE_MISTAKES = [
-    (_rope(layout="half"), "you paired x[i] with x[i + d/2], the 'rotate_half' layout of GPT-NeoX and Llama. It "
-                           "is a real convention, just not this book's, which pairs neighbours (x[2i], x[2i+1]) as "
-                           "RoFormer does; weights trained with one layout do not work with the other."),
+    (_rope(layout="half"), "you paired x[i] with x[i + d/2], the 'rotate_half' layout of GPT-NeoX and Hugging "
+                           "Face's Llama. It is a real convention, just not this book's, which pairs neighbours "
+                           "(x[2i], x[2i+1]) as RoFormer and Meta's reference Llama code do; weights trained with "
+                           "one layout do not work with the other."),
     (_rope(layout="written back in halves"),
      "each pair (x[2i], x[2i+1]) turned right, but you wrote the results back as all the first coordinates, then "
      "all the second (torch.cat): put them back interleaved, at 2i and 2i+1, torch.stack((a2, b2), "
@@ -535,7 +536,8 @@ LOOK_SELF = ("your A does not turn the pairs, so every score peaks at the query 
              "like PE[m]. Put the shift M_{-k} of Exercise 4.2 (angle -k·θ_i in pair i) on the diagonal.")
 LOOK_WHERE = ("with A = M_{-k}, PE[m] @ A = PE[m - k] and the score PE[m - k]·PE[n] = Σ_i cos((m - k - n) θ_i) is "
               "largest, d/2, where n = m - k. Build A from d/2 blocks of 2 x 2: pair i holds the shift of Exercise "
-              "4.2 with ω = θ_i = 10000^(-2i/d) and -k positions.")
+              "4.2 with ω = θ_i = 10000^(-2i/d) and -k positions. Compare your angles with -k * frequencies(d): "
+              "a wrong exponent or a missing minus sign shows there.")
 
 LOOK_MISTAKES = [
     (_look(angle="+k"), LOOK_AHEAD),
@@ -654,7 +656,7 @@ register(Exercise(
     name="alibi", number="4.7", function="alibi", chapter=CHAPTER, args=("T", "slopes"),
     library_answers=("tinyformer.positions.alibi_bias",),
     make_cases=_alibi_cases, reference=alibi_reference, returns="the (n_heads, T, T) bias",
-    rtol=1e-12, atol=1e-12, mistakes=ALIBI_MISTAKES,
+    rtol=1e-12, atol=1e-12, mistakes=ALIBI_MISTAKES, dtype_from="slopes",
     error_hints=[
         (RuntimeError, r"must match the size of tensor",
          "slopes has one entry per head and the distances are (T, T): give slopes two new axes, "

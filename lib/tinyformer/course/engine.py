@@ -134,6 +134,7 @@ class Exercise:
                                    # hidden width), and `compare` / `diagnose` judge them
     grad_args: tuple[int, ...] = ()   # arguments whose gradient (autograd through the reader's code) must
                                    # match the reference's: a detached statistic gives right values only
+    dtype_from: str = "x"          # the input whose dtype new tensors should take, named in the dtype hint
     library_answers: tuple[str, ...] = ()   # dotted names of functions (or classes: all their methods)
                                    # that ARE the answer, e.g. "tinyformer.attention.causal_mask": the
                                    # grader gives no credit to a function that calls one (see
@@ -484,7 +485,7 @@ def _read_tensor(out, ref: torch.Tensor, ex: Exercise, what: str | None, said: s
         raise _Unfit(f"{said} {describe(out)}; return a torch.Tensor")
     subject = "your function returned" if what is None else f"{what} has"
     if ex.exact_dtype and out.dtype != ref.dtype:
-        raise _Unfit(_dtype_message(subject, out.dtype, ref.dtype))
+        raise _Unfit(_dtype_message(subject, out.dtype, ref.dtype, ex.dtype_from))
     if not ex.exact_dtype:
         if out.dtype == torch.bool or out.dtype.is_complex:
             raise _Unfit(f"{subject} dtype {out.dtype}; return real numbers")
@@ -500,13 +501,13 @@ def _read_tensor(out, ref: torch.Tensor, ex: Exercise, what: str | None, said: s
     return out
 
 
-def _dtype_message(subject: str, got: torch.dtype, want: torch.dtype) -> str:
+def _dtype_message(subject: str, got: torch.dtype, want: torch.dtype, source: str = "x") -> str:
     if want == torch.bool:
         return (f"{subject} dtype {got}; return a torch.bool tensor (True where attention is allowed): "
                 f"comparisons such as j <= i give one, as does torch.ones(..., dtype=torch.bool)")
     if want.is_floating_point and got.is_floating_point and got.itemsize < want.itemsize:
         return (f"{subject} {got} for {want} inputs: keep the inputs' dtype — avoid .float(), and create "
-                f"new tensors with dtype=x.dtype")
+                f"new tensors with dtype={source}.dtype")
     return f"{subject} dtype {got}; expected {want}, the dtype of the inputs"
 
 
