@@ -444,6 +444,73 @@ def look_torch_cos(d, k):
     return A
 
 
+def look_least_squares(d, k, rows=24):
+    """A fitted to 24 rows of the table, PE[k:24] A = PE[:24 - k]: right near the start, not far out."""
+    PE = torch.tensor([[(math.sin if j % 2 == 0 else math.cos)(t / 10000 ** ((j - j % 2) / d)) for j in range(d)]
+                       for t in range(rows)], dtype=torch.float64)
+    return torch.linalg.lstsq(PE[k:], PE[:rows - k]).solution
+
+
+def look_pair_zero_alone(d, k):
+    """Only pair 0 holds the shift, the rest zero: pair 0 alone repeats every 2π positions (710 ≈ 113·2π)."""
+    A = torch.zeros(d, d, dtype=torch.float64)
+    A[:2, :2] = learner_look()(2, k)
+    return A
+
+
+def alibi_nan_mask(T, slopes):
+    """A 0/1 mask times -inf: 0 · (-inf) is NaN."""
+    m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return -slopes[:, None, None] * (m - n) + torch.triu(torch.ones(T, T, dtype=slopes.dtype), 1) * float("-inf")
+
+
+def alibi_finfo_min(T, slopes):
+    """The future filled with the dtype's most negative number, as some libraries do."""
+    m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (-slopes[:, None, None] * (m - n)).masked_fill(n > m, torch.finfo(slopes.dtype).min)
+
+
+def alibi_papers_slopes(T, slopes):
+    """The slopes argument ignored: the paper's recipe recomputed for len(slopes) heads."""
+    n_heads = len(slopes)
+    own = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)], dtype=slopes.dtype)
+    return learner_alibi()(T, own)
+
+
+def rope_halves_with_pairwise_cos(x, offset=0):
+    """Hugging Face's x·cos + rotate_half(x)·sin, with cos/sin repeated per pair (repeat_interleave)."""
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype)
+    angle = p[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)     # (T, d/2)
+    cos, sin = angle.cos().repeat_interleave(2, -1), angle.sin().repeat_interleave(2, -1)
+    half = torch.cat((-x[..., d // 2:], x[..., :d // 2]), dim=-1)
+    return x * cos + half * sin
+
+
+def rope_pairs_with_halved_cos(x, offset=0):
+    """Neighbouring pairs turned, with cos/sin laid out torch.cat((cos, cos)) as for rotate_half."""
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype)
+    angle = p[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    cos, sin = torch.cat((angle.cos(), angle.cos()), -1), torch.cat((angle.sin(), angle.sin()), -1)
+    turned = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    return x * cos + turned * sin
+
+
+def shift_solved_in_float32(omega, k):
+    """M solved from two rows in float32: a rotation only to float32's precision."""
+    t = torch.tensor([0.0, 1.0])
+    rows = torch.stack([torch.sin(omega * t), torch.cos(omega * t)], -1)
+    moved = torch.stack([torch.sin(omega * (t + k)), torch.cos(omega * (t + k))], -1)
+    return torch.linalg.solve(rows, moved).double()
+
+
+def table_sines_in_both_columns(T, d):
+    PE = table_torch_tutorial(T, d)
+    PE[:, 1::2] = PE[:, 0::2]
+    return PE
+
+
 def look_only_the_fast_pair(d, k):
     """Only pair 0 turned (the others left as the identity): pair 0 alone repeats every 2π positions."""
     A = torch.eye(d, dtype=torch.float64)
@@ -586,15 +653,27 @@ WRONG = [
     ("rope", lambda x, offset=0: learner_rope()(x, offset)[..., :-1], "output shape (5, 7), expected (5, 8)"),
     ("rope", lambda x, offset=0: (learner_rope()(x, offset), offset), "return only the rotated tensor"),
     ("look_back_matrix", learner_look(sign=1), "your scores peak k positions ahead"),
-    ("look_back_matrix", lambda d, k: 2 * learner_look(sign=1)(d, k), "the query at m = 3 gives its highest score to "
-                                                                    "the key at n = 6, not 0. Hint: your scores peak"),
+    ("look_back_matrix", lambda d, k: 2 * learner_look(sign=1)(d, k), "the query at m = 3 scores the key at n = 6 as "
+                                                                    "high as the key at n = 0, or higher. Hint: your"),
     ("look_back_matrix", lambda d, k: torch.eye(d, dtype=torch.float64), "your A does not turn the pairs"),
     ("look_back_matrix", lambda d, k: 3 * torch.eye(d, dtype=torch.float64),
-     "the query at m = 3 gives its highest score to the key at n = 3, not 0. Hint: your A does not turn"),
+     "the query at m = 3 scores the key at n = 3 as high as the key at n = 0, or higher. Hint: your A does not"),
     ("look_back_matrix", learner_look(angle="k"), "every pair turned by the same angle k"),
     ("look_back_matrix", learner_look(angle="column"), "your frequencies came from the column index"),
     ("look_back_matrix", look_only_the_fast_pair, "Build A from d/2 blocks of 2 x 2"),
     ("look_back_matrix", look_torch_cos, "math.cos and math.sin take them"),
+    ("look_back_matrix", look_least_squares, "the query at m = 4095 scores the key at n = 316 as high as the key "
+                                             "at n = 4092, or higher. Hint: with A = M_{-k}"),
+    ("look_back_matrix", look_pair_zero_alone, "the query at m = 3 scores the key at n = 710 as high as the key at "
+                                               "n = 0"),
+    ("alibi", alibi_nan_mask, "0 · (-inf) is NaN, not 0"),
+    ("alibi", alibi_finfo_min, "the keys after the query got a large negative number"),
+    ("alibi", alibi_papers_slopes, "your heads' slopes are [0.0625, 0.0039]. Hint: each head must grow"),
+    ("alibi", lambda T, slopes: learner_alibi()(T, slopes.flip(0)), "your heads' slopes are [0.25, 0.5]"),
+    ("rope", rope_halves_with_pairwise_cos, "you rotated halves (x[i] with x[i + d/2], rotate_half) but laid out"),
+    ("rope", rope_pairs_with_halved_cos, "you turned neighbouring pairs (x[2i], x[2i+1]) but laid out cos and sin in"),
+    ("shift_matrix", shift_solved_in_float32, "your M is right to float32's precision only"),
+    ("sinusoidal_table", table_sines_in_both_columns, "your odd columns hold sines too"),
     ("look_back_matrix", lambda d, k: learner_look()(d, k)[:-1], "output shape (15, 16), expected (16, 16)"),
     ("look_back_matrix", lambda d, k: learner_look()(d, k).numpy(), "return a torch.Tensor"),
     ("alibi", learner_alibi(sign=1), "your bias rewards distance"),

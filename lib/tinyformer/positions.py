@@ -50,7 +50,7 @@ def _check_base(base) -> float:
 def frequencies(d: int, base: float = 10000.0, device=None) -> torch.Tensor:
     """The ``d/2`` angular frequencies ``θ_i = base^(-2i/d)``, from 1 (pair
     0, a full turn every 2π positions) down to nearly ``1/base``; float64,
-    so tables stay exact at large positions."""
+    so tables stay accurate at large positions."""
     d, base = _check_even("d", d), _check_base(base)
     i = torch.arange(d // 2, device=device, dtype=torch.float64)   # (d/2,)
     return base ** (-2 * i / d)

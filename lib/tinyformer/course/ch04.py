@@ -75,13 +75,14 @@ def sinusoidal_table_reference(T: int, d: int) -> torch.Tensor:
     return sinusoidal_positions(T, d, dtype=F64)
 
 
-def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divide=True, form="T,d"):
+def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divide=True, form="T,d", odd="cos"):
     """The sinusoidal table with the mistakes named by the keywords; the defaults are right.
 
     first: "sin" (even columns sin) or "cos". layout: "interleaved" or "blocks" (all sines, then all
     cosines). exponent: "pair" (2i/d, i = j // 2, right), "column" (2j/d), "odd" (j/d: the odd
     column's own exponent), "half" (i/d). start: the first position. divide: t / base^(...) (else
-    t * base^(...)). form: "T,d", "d,T" (transposed) or "1,T,d" (a batch axis in front).
+    t * base^(...)). form: "T,d", "d,T" (transposed) or "1,T,d" (a batch axis in front). odd: "cos",
+    or "sin" (a copy-paste slip: sines in both columns of each pair).
     """
     def wrong(T, d):
         t = torch.arange(start, start + T, dtype=F64)[:, None]            # (T, 1)
@@ -93,6 +94,8 @@ def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divid
         power = {"pair": 2 * i / d, "column": 2 * j / d, "odd": j / d, "half": i / d}[exponent]
         angle = t / BASE ** power if divide else t * BASE ** power         # (T, d)
         s, c = (angle.sin(), angle.cos()) if first == "sin" else (angle.cos(), angle.sin())
+        if odd == "sin":
+            c = angle.sin()
         PE = torch.where(is_sin, s, c)                                     # (T, d)
         return {"T,d": PE, "d,T": PE.T.contiguous(), "1,T,d": PE[None]}[form]
     return wrong
@@ -164,7 +167,8 @@ def _diagnose_table(cases, outputs, refs):
 
 register(Exercise(
     name="sinusoidal_table", number="4.1", function="sinusoidal_table", chapter=CHAPTER, args=("T", "d"),
-    library_answers=("tinyformer.positions.sinusoidal_positions", "tinyformer.positions._angles"),
+    library_answers=("tinyformer.positions.sinusoidal_positions", "tinyformer.positions._angles",
+                     "tinyformer.positions.frequencies"),
     make_cases=_table_cases, reference=sinusoidal_table_reference,
     returns="the (T, d) table, a float32 or float64 tensor",
     exact_dtype=False, rtol=0.0, atol=TABLE_ATOL,
@@ -179,6 +183,8 @@ register(Exercise(
                                  "one frequency, so the cosine uses the exponent 2i/d of the sine beside it."),
         (_table(exponent="half"), "the exponent is 2i/d, not i/d: θ_i = 1/10000^(2i/d). With i/d the slowest "
                                   "frequency is only about 1/100 (your table is the one with base 100)."),
+        (_table(odd="sin"), "your odd columns hold sines too: column 2i is sin(t·θ_i) and column 2i+1 is "
+                            "cos(t·θ_i), so row 0 reads 0, 1, 0, 1, …"),
         (_table(start=1), "your rows start at position 1: row t is position t, so row 0 is sin 0 = 0 and "
                           "cos 0 = 1 in every pair (torch.arange(T) starts at 0)."),
         (_table(divide=False), "you multiplied t by 10000^(2i/d): divide by it, θ_i = 1/10000^(2i/d), so that each "
@@ -282,7 +288,8 @@ def _wrap(angle: float) -> float:
 def _diagnose_shift(cases, outputs, refs):
     if not _finite(outputs):
         return f"wrong output. Hint: {SHIFT_NONFINITE}"
-    if _close_all(outputs, refs, 1e-5):
+    in_float32 = all(bool(torch.equal(M, M.float().to(M.dtype))) for M in outputs)      # every entry a float32
+    if _close_all(outputs, refs, 1e-5) or (in_float32 and _close_all(outputs, refs, 1e-3)):
         return f"wrong values. Hint: {SHIFT_PRECISION}"
     hint = _loose_mistake(SHIFT_MISTAKES, cases, outputs, 1e-5)
     if hint is not None:
@@ -368,6 +375,15 @@ def _rope(*, layout="interleaved", direction=1, use_offset=True, start=0, expone
         elif pairs == "none":
             angle = torch.zeros_like(angle)
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+        if layout == "halves, cos per pair":     # rotate_half, but cos/sin repeated per pair (repeat_interleave)
+            c, s_ = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+            halves = torch.cat((-x[..., d // 2:], x[..., :d // 2]), dim=-1)
+            return x * c + halves * s_
+        if layout == "pairs, cos in halves":     # neighbours turned, but cos/sin laid out torch.cat((cos, cos))
+            c, s_ = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+            a, b = x[..., 0::2], x[..., 1::2]
+            turned = torch.stack((-b, a), dim=-1).flatten(-2)
+            return x * c + turned * s_
         if layout in ("interleaved", "written back in halves"):
             a, b = x[..., 0::2], x[..., 1::2]                                             # (..., T, d/2)
             if layout == "written back in halves":          # turned right, put back with torch.cat
@@ -395,6 +411,14 @@ ROPE_MISTAKES = [
      "each pair (x[2i], x[2i+1]) turned right, but you wrote the results back as all the first coordinates, then "
      "all the second (torch.cat): put them back interleaved, at 2i and 2i+1, torch.stack((a2, b2), "
      "dim=-1).flatten(-2)."),
+    (_rope(layout="halves, cos per pair"),
+     "you rotated halves (x[i] with x[i + d/2], rotate_half) but laid out cos and sin per neighbouring pair "
+     "(repeat_interleave): the two conventions mixed. This book pairs neighbours, (x[2i], x[2i+1]), each turned by "
+     "its own angle."),
+    (_rope(layout="pairs, cos in halves"),
+     "you turned neighbouring pairs (x[2i], x[2i+1]) but laid out cos and sin in halves (torch.cat((cos, cos))), "
+     "the rotate_half layout: the two conventions mixed. Pair i needs cos and sin of its own angle p·θ_i, at "
+     "columns 2i and 2i+1."),
     (_rope(direction=-1), "your pairs turn the wrong way (the sign of sin): the pair (a, b) becomes "
                           "(a cos φ - b sin φ, a sin φ + b cos φ) with φ = p·θ_i."),
     (_rope(use_offset=False), "the offset is ignored: row t is at position offset + t (a cache passes the number "
@@ -472,7 +496,9 @@ register(Exercise(
 # --------------------------------------------------------------------------- 4.6 attending 3 back, by hand
 
 
-LOOK_T = 64            # positions 0..63: four times the chapter's training length
+LOOK_T = 64            # queries 0..63 (four times the chapter's training length), and some far ones
+LOOK_FAR = (100, 257, 1000, 2047, 4095)
+LOOK_KEYS = 4096       # keys 0..4095: a matrix fitted to a short table peaks wrongly far out
 
 
 def _look_cases(g):
@@ -490,23 +516,29 @@ def look_back_matrix_reference(d: int, k: int) -> torch.Tensor:
     return A
 
 
-def _look_scores(d: int, A: torch.Tensor) -> torch.Tensor:
-    PE = sinusoidal_positions(LOOK_T, d, dtype=F64)                      # (T, d)
-    return PE @ A.to(F64) @ PE.T                                         # (T, T): query m, key n
+def _look_queries(k: int) -> torch.Tensor:
+    return torch.tensor(list(range(k, LOOK_T)) + list(LOOK_FAR))
+
+
+def _look_scores(d: int, A: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    PE = sinusoidal_positions(LOOK_KEYS, d, dtype=F64)                   # (keys, d)
+    return PE[queries] @ A.to(F64) @ PE.T                                # (queries, keys): query m, key n
 
 
 def _look_ok(case, A, ref) -> bool:
-    """Every query m >= k gives its highest score, over all 64 keys n (later ones too: a statement
-    about the scores, not the mask), to n = m - k, ahead of the next best by a margin."""
+    """Every query m >= k (0..63 and a few far ones) gives its highest score, over all 4,096 keys n
+    (later ones too: a statement about the scores, not the mask), to n = m - k, ahead of the next
+    best by a margin."""
     d, k = case
     if not (isinstance(A, torch.Tensor) and A.is_floating_point() and A.shape == (d, d)
             and bool(torch.isfinite(A).all())):
         return False
-    S = _look_scores(d, A)[k:]                                           # (T - k, T): queries m >= k
-    rows = torch.arange(len(S))
-    best = S[rows, rows]                                                 # n = m - k
+    queries = _look_queries(k)
+    S = _look_scores(d, A, queries)                                      # (queries, keys)
+    rows = torch.arange(len(queries))
+    best = S[rows, queries - k]                                          # n = m - k
     others = S.clone()
-    others[rows, rows] = -math.inf
+    others[rows, queries - k] = -math.inf
     margin = 1e-6 * S.abs().max().clamp_min(1e-300)
     return bool((best > others.max(-1).values + margin).all())
 
@@ -560,11 +592,19 @@ def _diagnose_look(cases, outputs, refs):
         hint = _loose_mistake(LOOK_MISTAKES, cases, [a.to(F64) for a in outputs], 1e-5)
         if hint is not None:                    # a known mistake, its blocks rounded to float32
             return f"wrong output. Hint: {hint}"
-        peaks = _look_scores(d, A).argmax(-1)                            # (T,): the best key of each query
-        bad = next((m for m in range(k, LOOK_T) if int(peaks[m]) != m - k), k)
-        at = (f"for d = {d}, k = {k}: the query at m = {bad} gives its highest score to the key at "
-              f"n = {int(peaks[bad])}, not {bad - k}")
-        offsets = [int(peaks[m]) - m for m in range(k, LOOK_T - k)]
+        queries = _look_queries(k)
+        S = _look_scores(d, A, queries)                                  # (queries, keys)
+        rows = torch.arange(len(queries))
+        others = S.clone()
+        others[rows, queries - k] = -math.inf
+        rival = others.argmax(-1)                                        # the best key other than m - k
+        margin = 1e-6 * S.abs().max().clamp_min(1e-300)
+        bad = int(torch.nonzero(S[rows, queries - k] <= others.max(-1).values + margin)[0])
+        m_bad = int(queries[bad])
+        at = (f"for d = {d}, k = {k}: the query at m = {m_bad} scores the key at n = {int(rival[bad])} as high "
+              f"as the key at n = {m_bad - k}, or higher")
+        peaks = S.argmax(-1)
+        offsets = [int(peaks[r]) - m for r, m in enumerate(queries.tolist()) if m < LOOK_T]
         if k > 0 and all(o == k for o in offsets):
             return f"{at}. Hint: {LOOK_AHEAD}"
         identity = torch.allclose(A.to(F64), A[0, 0].to(F64) * torch.eye(d, dtype=F64))
@@ -640,8 +680,6 @@ ALIBI_MISTAKES = [
                                             "bias is causal, -inf wherever n > m."),
     (_alibi(future="0"), "the keys after the query got 0, which hides nothing: they must get -inf, so that the "
                          "softmax gives them weight exactly 0."),
-    (_alibi(future="-1e9"), "the keys after the query got a large negative number: the statement asks for -inf, "
-                            "float('-inf'), which gives them weight exactly 0 whatever the other scores."),
     (_alibi(diagonal="hidden"), "you hid the query's own key too (n >= m): a query sees itself, at distance 0 "
                                 "and with no penalty; hide only n > m."),
     (_alibi(slope=False), "every head got slope 1: head h multiplies the distance by its own slopes[h]."),
@@ -650,6 +688,36 @@ ALIBI_MISTAKES = [
     (_alibi(layout="keys in rows"), "your rows are the keys and your columns the queries: entry [h, m, n] is the "
                                     "query at m and the key at n, so -inf goes above the diagonal (n > m)."),
 ]
+
+
+ALIBI_BIG = ("the keys after the query got a large negative number (such as -1e9 or torch.finfo(...).min): the "
+             "statement asks for -inf, float('-inf'), which gives them weight exactly 0 whatever the other scores.")
+ALIBI_NAN = ("your bias is NaN where the key is allowed: 0 · (-inf) is NaN, not 0, so a 0/1 mask multiplied by -inf "
+             "poisons every entry it should leave alone. Fill instead: bias.masked_fill(n > m, float('-inf')).")
+ALIBI_SLOPES = ("each head must grow its penalty at its own given rate: entry [h, m, n] is -slopes[h]·(m - n), with "
+                "the slopes argument as it is, in its order (not slopes you compute, reorder or scale).")
+
+
+def _diagnose_alibi(cases, outputs, refs):
+    for (T, slopes), out, ref in zip(cases, outputs, refs):
+        if out.shape != ref.shape or bool(torch.allclose(out, ref, rtol=1e-12, atol=1e-12)):
+            continue
+        m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        seen, after = (n <= m).expand_as(out), (n > m).expand_as(out)
+        at = f"for T = {T} and slopes {[round(v, 4) for v in slopes.tolist()]}"
+        if bool(torch.isnan(out[seen]).any()) and bool((out[after] == -math.inf).all()):
+            return f"{at}: wrong values. Hint: {ALIBI_NAN}"
+        if bool(torch.allclose(out[seen], ref[seen])) and bool(torch.isfinite(out[after]).all()) and bool(
+                (out[after] <= -1e4).all()):
+            return f"{at}: wrong values. Hint: {ALIBI_BIG}"
+        if T > 1 and bool((out[after] == -math.inf).all()) and bool(torch.isfinite(out[seen]).all()):
+            got = -out[:, 1, 0]                                              # each head's slope, read at distance 1
+            linear = -got[:, None, None] * (m - n).to(out.dtype)
+            if bool(torch.allclose(out[seen], linear.expand_as(out)[seen])):
+                return (f"{at}, your heads' slopes are {[round(v, 4) for v in got.tolist()]}. "
+                        f"Hint: {ALIBI_SLOPES}")
+        return None
+    return None
 
 
 register(Exercise(
@@ -662,6 +730,7 @@ register(Exercise(
          "slopes has one entry per head and the distances are (T, T): give slopes two new axes, "
          "slopes[:, None, None], so that the product is (n_heads, T, T)."),
     ],
+    diagnose=safe_diagnosis(_diagnose_alibi), diagnose_hints=(ALIBI_BIG, ALIBI_NAN, ALIBI_SLOPES),
     generic_hint="entry [h, m, n] is -slopes[h]·(m - n) for n <= m and -inf for n > m; for T = 3 and one head "
                  "of slope 0.5 the rows read [0, -inf, -inf], [-0.5, 0, -inf], [-1, -0.5, 0].",
 ))
