@@ -667,6 +667,10 @@ WRONG = [
     ("look_back_matrix", look_pair_zero_alone, "the query at m = 3 scores the key at n = 710 as high as the key at "
                                                "n = 0"),
     ("alibi", alibi_nan_mask, "0 · (-inf) is NaN, not 0"),
+    ("alibi", lambda T, slopes: learner_alibi()(T, slopes.float()).double(),
+     "every value is a float32 number, so your function computed in float32 and cast back. Hint: keep the "
+     "inputs' float64 dtype throughout — avoid .float() and torch.float32, and create new tensors with "
+     "dtype=slopes.dtype"),
     ("alibi", alibi_finfo_min, "the keys after the query got a large negative number"),
     ("alibi", alibi_papers_slopes, "your heads' slopes are [0.0625, 0.0039]. Hint: each head must grow"),
     ("alibi", lambda T, slopes: learner_alibi()(T, slopes.flip(0)), "your heads' slopes are [0.25, 0.5]"),

@@ -316,6 +316,7 @@ def _diagnose_shift(cases, outputs, refs):
 
 register(Exercise(
     name="shift_matrix", number="4.2", function="shift_matrix", chapter=CHAPTER, args=("omega", "k"),
+    library_answers=("tinyformer.positions.rotate_pairs",),
     make_cases=_shift_cases, reference=shift_matrix_reference,
     returns="the (2, 2) float64 matrix M with [sin ωt, cos ωt] @ M = [sin ω(t+k), cos ω(t+k)]",
     exact_dtype=False, rtol=1e-9, atol=1e-10, compare=_shift_ok, mistakes=SHIFT_MISTAKES,
@@ -713,7 +714,8 @@ def _diagnose_alibi(cases, outputs, refs):
         if T > 1 and bool((out[after] == -math.inf).all()) and bool(torch.isfinite(out[seen]).all()):
             got = -out[:, 1, 0]                                              # each head's slope, read at distance 1
             linear = -got[:, None, None] * (m - n).to(out.dtype)
-            if bool(torch.allclose(out[seen], linear.expand_as(out)[seen])):
+            if (bool(torch.allclose(out[seen], linear.expand_as(out)[seen]))
+                    and not bool(torch.allclose(got, slopes, rtol=1e-5, atol=0.0))):  # not float32 rounding
                 return (f"{at}, your heads' slopes are {[round(v, 4) for v in got.tolist()]}. "
                         f"Hint: {ALIBI_SLOPES}")
         return None

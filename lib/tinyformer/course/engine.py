@@ -697,7 +697,7 @@ def _explain(ex: Exercise, cases: list[tuple], read: list, refs: list) -> str:
             return (f"wrong values: every value is a {half} number, so your function computed in half precision "
                     f"({half}, .half() or autocast) and cast back. Hint: {HALF_HINT}")
         return (f"wrong values: every value is a float32 number, so your function computed in float32 and cast "
-                f"back. Hint: {FLOAT32_HINT}")
+                f"back. Hint: {FLOAT32_HINT.replace('x.dtype', ex.dtype_from + '.dtype')}")
     for out, ref in zip(read, refs):
         for o, r in zip(_leaves(out), _leaves(ref)):
             if (isinstance(o, torch.Tensor) and o.is_floating_point() and not torch.isfinite(o).all()

@@ -1,0 +1,32 @@
+import json
+r = json.load(open("/tmp/rev04c_scratch/seeds_0_5_6_7_8_9.json"))
+S = ["0", "5", "6", "7", "8", "9"]
+def row(name, f, fmt="{:.3f}"):
+    print(f"{name:45s}" + " ".join(fmt.format(f(r[s])) if not isinstance(f(r[s]), str) else f(r[s]) for s in S))
+print(f"{'':45s}" + " ".join(f"{s:>5s}" for s in S))
+sch = ["none", "learned", "sinusoidal", "binary", "rotary"]
+row("min acc16 with positions", lambda x: min(x["acc16"][k] for k in sch[1:]))
+row("acc16 none", lambda x: x["acc16"]["none"])
+for k in sch: row(f"acc32 {k}", lambda x, k=k: x["acc32"][k])
+row("none acc 3-15 on 32-token test", lambda x: x["none_16_curve_3_15"])
+row("learned untouched", lambda x: str(x["learned_untouched"]))
+for k in ["none", "sinusoidal", "binary", "rotary"]: row(f"acc64 {k}", lambda x, k=k: x["acc64"][k])
+row("none 64 blocks 8-15", lambda x: x["none_64_blocks"][0]); row("none 64 blocks 48-63", lambda x: x["none_64_blocks"][3])
+for k in ["before", "after", "control", "pos_after_in_init_tok_span", "pos_before_in_after_tok_span"]: row(f"span {k}", lambda x, k=k: x["span"][k])
+row("recent share", lambda x: x["recent_share"])
+for k in r["0"]["probe"]: row(f"probe {k}", lambda x, k=k: x["probe"][k])
+for k in ["last_good", "unseen_good_max", "unseen_bad_mean", "alias_share", "two_pair_share"]:
+    row(f"rotary {k}", lambda x, k=k: x["rotary"][k] if x["rotary"][k] is not None else float("nan"))
+row("rotary score_close", lambda x: str(x["rotary"]["score_close"]))
+for k in ["3", "21", "22", "23"]: row(f"rotary weight_at {k}", lambda x, k=k: x["rotary"]["weight_at"][k])
+for k in r["0"]["rotary"]["masked"]: row(f"rotary masked {k}", lambda x, k=k: x["rotary"]["masked"][k])
+for k in ["acc", "fall", "beyond", "4_7", "12_15"]: row(f"start {k}", lambda x, k=k: x["start"][k])
+row("start - none", lambda x: x["start"]["acc"] - x["acc16"]["none"])
+for k in sch: row(f"rev16 {k}", lambda x, k=k: x["rev16"][k])
+for k in sch: row(f"rev32 {k}", lambda x, k=k: x["rev32"][k])
+for k in sch: row(f"rev32 16-23 {k}", lambda x, k=k: x["rev32_16_23"][k])
+for k in sch: row(f"rev32 24-31 {k}", lambda x, k=k: x["rev32_24_31"][k])
+for k in ["end", "end_low", "first_half", "second_half"]: row(f"binary rev {k}", lambda x, k=k: x["binary_rev"][k])
+row("binary 24-27", lambda x: sum(x["binary_rev"]["curve_24_31"][:4]) / 4)
+row("binary 24-27 no bit4", lambda x: sum(x["binary_rev"]["nobit4_24_31"][:4]) / 4)
+row("|end - end_low|", lambda x: abs(x["binary_rev"]["end"] - x["binary_rev"]["end_low"]))
