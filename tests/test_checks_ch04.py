@@ -667,6 +667,8 @@ WRONG = [
     ("look_back_matrix", look_pair_zero_alone, "the query at m = 3 scores the key at n = 710 as high as the key at "
                                                "n = 0"),
     ("alibi", alibi_nan_mask, "0 · (-inf) is NaN, not 0"),
+    ("alibi", lambda T, slopes: learner_alibi()(T, torch.as_tensor(slopes, dtype=torch.float32).double()),
+     "your slopes were rounded to float32"),
     ("alibi", lambda T, slopes: learner_alibi()(T, slopes.float()).double(),
      "every value is a float32 number, so your function computed in float32 and cast back. Hint: keep the "
      "inputs' float64 dtype throughout — avoid .float() and torch.float32, and create new tensors with "

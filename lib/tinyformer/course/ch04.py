@@ -695,6 +695,8 @@ ALIBI_BIG = ("the keys after the query got a large negative number (such as -1e9
              "statement asks for -inf, float('-inf'), which gives them weight exactly 0 whatever the other scores.")
 ALIBI_NAN = ("your bias is NaN where the key is allowed: 0 · (-inf) is NaN, not 0, so a 0/1 mask multiplied by -inf "
              "poisons every entry it should leave alone. Fill instead: bias.masked_fill(n > m, float('-inf')).")
+ALIBI_SLOPES_F32 = ("your slopes were rounded to float32 (torch.as_tensor(slopes, dtype=torch.float32), or .float()) "
+                    "before they scaled the distances: use them as given, in slopes.dtype, float64 here.")
 ALIBI_SLOPES = ("each head must grow its penalty at its own given rate: entry [h, m, n] is -slopes[h]·(m - n), with "
                 "the slopes argument as it is, in its order (not slopes you compute, reorder or scale).")
 
@@ -715,6 +717,11 @@ def _diagnose_alibi(cases, outputs, refs):
             got = -out[:, 1, 0]                                              # each head's slope, read at distance 1
             linear = -got[:, None, None] * (m - n).to(out.dtype)
             if (bool(torch.allclose(out[seen], linear.expand_as(out)[seen]))
+                    and bool(torch.equal(got, slopes.float().to(got.dtype)))
+                    and not bool(torch.equal(got, slopes))
+                    and not all(bool(torch.equal(o, o.float().to(o.dtype))) for o in outputs)):
+                return f"{at}: wrong values. Hint: {ALIBI_SLOPES_F32}"
+            if (bool(torch.allclose(out[seen], linear.expand_as(out)[seen]))
                     and not bool(torch.allclose(got, slopes, rtol=1e-5, atol=0.0))):  # not float32 rounding
                 return (f"{at}, your heads' slopes are {[round(v, 4) for v in got.tolist()]}. "
                         f"Hint: {ALIBI_SLOPES}")
@@ -732,7 +739,7 @@ register(Exercise(
          "slopes has one entry per head and the distances are (T, T): give slopes two new axes, "
          "slopes[:, None, None], so that the product is (n_heads, T, T)."),
     ],
-    diagnose=safe_diagnosis(_diagnose_alibi), diagnose_hints=(ALIBI_BIG, ALIBI_NAN, ALIBI_SLOPES),
+    diagnose=safe_diagnosis(_diagnose_alibi), diagnose_hints=(ALIBI_BIG, ALIBI_NAN, ALIBI_SLOPES, ALIBI_SLOPES_F32),
     generic_hint="entry [h, m, n] is -slopes[h]·(m - n) for n <= m and -inf for n > m; for T = 3 and one head "
                  "of slope 0.5 the rows read [0, -inf, -inf], [-0.5, 0, -inf], [-1, -0.5, 0].",
 ))
