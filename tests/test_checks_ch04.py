@@ -434,6 +434,16 @@ def look_from_numpy_rotations(d, k):
     return torch.from_numpy(A)
 
 
+def look_base(d, k, base):
+    """The shift blocks with a typo in the base."""
+    A = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        a = -k * base ** (-2 * i / d)
+        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
+                                                           dtype=torch.float64)
+    return A
+
+
 def look_torch_cos(d, k):
     """torch.cos on a Python float: a TypeError."""
     A = torch.zeros(d, d, dtype=torch.float64)
@@ -456,6 +466,12 @@ def look_pair_zero_alone(d, k):
     A = torch.zeros(d, d, dtype=torch.float64)
     A[:2, :2] = learner_look()(2, k)
     return A
+
+
+def alibi_past_hidden(T, slopes):
+    """-inf on the keys before the query instead of after it."""
+    m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (-slopes[:, None, None] * (m - n)).masked_fill(n < m, float("-inf"))
 
 
 def alibi_nan_mask(T, slopes):
@@ -662,11 +678,16 @@ WRONG = [
     ("look_back_matrix", learner_look(angle="column"), "your frequencies came from the column index"),
     ("look_back_matrix", look_only_the_fast_pair, "Build A from d/2 blocks of 2 x 2"),
     ("look_back_matrix", look_torch_cos, "math.cos and math.sin take them"),
+    ("look_back_matrix", lambda d, k: look_base(d, k, 100000.0),
+     "for d = 16, k = 12: the query at m = 12 scores the key at n = 6 as high as the key at n = 0"),
     ("look_back_matrix", look_least_squares, "the query at m = 4095 scores the key at n = 316 as high as the key "
                                              "at n = 4092, or higher. Hint: with A = M_{-k}"),
     ("look_back_matrix", look_pair_zero_alone, "the query at m = 3 scores the key at n = 710 as high as the key at "
                                                "n = 0"),
     ("alibi", alibi_nan_mask, "0 · (-inf) is NaN, not 0"),
+    ("alibi", alibi_past_hidden, "you hid the keys before the query (n < m)"),
+    ("alibi", lambda T, slopes: learner_alibi()(T, slopes) - slopes[:, None, None],
+     "your distances are one too large"),
     ("alibi", lambda T, slopes: learner_alibi()(T, torch.as_tensor(slopes, dtype=torch.float32).double()),
      "your slopes were rounded to float32"),
     ("alibi", lambda T, slopes: learner_alibi()(T, slopes.float()).double(),

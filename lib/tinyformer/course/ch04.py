@@ -504,8 +504,10 @@ LOOK_KEYS = 4096       # keys 0..4095: a matrix fitted to a short table peaks wr
 
 def _look_cases(g):
     """(d, k): the chapter's width 16 and k = 3 first, then narrow and wide tables (d/2 odd once), k = 0
-    (the query itself) and a random case. d >= 4, so that two pairs make the peak unique."""
-    return [(16, 3), (8, 3), (4, 1), (6, 2), (32, 7), (16, 0), (2 * _randint(g, 2, 16), _randint(g, 1, 12))]
+    (the query itself), a large k (a wrong base shows there) and a random case. d >= 4, so that two pairs
+    make the peak unique."""
+    return [(16, 3), (8, 3), (4, 1), (6, 2), (32, 7), (16, 0), (16, 12),
+            (2 * _randint(g, 2, 16), _randint(g, 1, 12))]
 
 
 def look_back_matrix_reference(d: int, k: int) -> torch.Tensor:
@@ -658,9 +660,11 @@ def _alibi(*, sign=-1, future="-inf", diagonal="visible", slope=True, layout="h,
         dist = (m - n).to(F64)                                           # (T, T)
         if distance == "abs":
             dist = dist.abs()
+        elif distance == "plus one":
+            dist = dist + 1
         s = slopes if slope else torch.ones_like(slopes)
         bias = sign * s[:, None, None] * dist                            # (h, T, T)
-        hidden = n > m if diagonal == "visible" else n >= m
+        hidden = {"visible": n > m, "hidden": n >= m, "past": n < m}[diagonal]
         fill = {"-inf": -math.inf, "0": 0.0, "-1e9": -1e9}.get(future)
         if fill is not None:
             bias = bias.masked_fill(hidden, fill)
@@ -683,6 +687,11 @@ ALIBI_MISTAKES = [
                          "softmax gives them weight exactly 0."),
     (_alibi(diagonal="hidden"), "you hid the query's own key too (n >= m): a query sees itself, at distance 0 "
                                 "and with no penalty; hide only n > m."),
+    (_alibi(diagonal="past"), "you hid the keys before the query (n < m): a query sees the keys at or before it, "
+                              "n <= m, and -inf goes to the keys after it, n > m."),
+    (_alibi(distance="plus one"),
+     "your distances are one too large: the query's own key (n = m) is at distance 0 and gets no penalty, so the "
+     "bias is -slopes[h]·(m - n), not -slopes[h]·(m - n + 1)."),
     (_alibi(slope=False), "every head got slope 1: head h multiplies the distance by its own slopes[h]."),
     (_alibi(layout="T,T,h"), "the heads come last, (T, T, n_heads): put them first, (n_heads, T, T), with "
                              "slopes[:, None, None] * distance."),
