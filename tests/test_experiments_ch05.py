@@ -260,17 +260,6 @@ def tiny_gpt_step():
     return step
 
 
-#: Ops that may land in "other" whatever their share: copies, views, allocation and elementwise
-#: arithmetic (the residual adds, bias-gradient sums), which no part of the step owns.
-COPIES_AND_ELEMENTWISE = {
-    "aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::div", "aten::sub", "aten::sum",
-    "aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::contiguous", "aten::view",
-    "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::transpose", "aten::t",
-    "aten::expand", "aten::slice", "aten::select", "aten::detach", "detach", "aten::empty",
-    "aten::empty_strided", "aten::empty_like", "aten::zeros", "aten::zero_", "aten::fill_",
-}
-
-
 @pytest.fixture(scope="module")
 def gpt_profile():
     """Self time (µs) of every op in a training step of a tiny GPT with fused AdamW: the least of
@@ -322,14 +311,15 @@ def test_real_op_names_of_a_gpt_step_map_to_their_parts(gpt_profile):
     assert all(seen[part] > 0 for part in PARTS), seen
 
 
-def test_large_ops_of_a_gpt_step_are_not_other(gpt_profile):
-    """Self times swing on a shared CPU, so only an op above 15% of the step counts as large (the
-    matmuls, attention and the optimizer are; copies can pass 5% on a loaded machine)."""
-    total = sum(gpt_profile.values())
-    assert total > 0
-    for op, us in gpt_profile.items():
-        if us > 0.15 * total and op not in COPIES_AND_ELEMENTWISE:
-            assert step_part(op) != "other", f"{op} takes {100 * us / total:.1f}% but is 'other'"
+def test_every_compute_op_of_a_gpt_step_has_a_part(gpt_profile):
+    """By name, not by time (self times swing tenfold on a shared CPU): every op of a real step that
+    does the work of a counted part (a product, attention, a norm, GELU, the loss, the optimizer)
+    is filed under that part, never under 'other'."""
+    work = ("mm", "attention", "layer_norm", "gelu", "softmax", "nll_loss", "adam", "embedding")
+    compute = [op for op in gpt_profile  # ATen's ops, not autograd's wrappers around them
+               if op.startswith("aten::") and any(w in op.lower() for w in work)]
+    assert len(compute) >= 10, compute
+    assert [op for op in compute if step_part(op) == "other"] == []
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ it. How the token is picked is the whole difference between the methods:
 
 * **greedy** takes the most likely token (``top_k=1``): deterministic,
   and prone to loops;
-* **temperature** divides the logits by ``T`` before the softmax:
-  ``T < 1`` sharpens the distribution, ``T > 1`` flattens it;
+* **temperature** divides the logits by ``temperature`` (the book's τ)
+  before the softmax: τ < 1 sharpens the distribution, τ > 1 flattens it;
 * **top-k** keeps only the ``k`` most likely tokens;
 * **top-p** (nucleus) keeps the smallest set of most likely tokens whose
   probability reaches ``p``.
@@ -216,9 +216,17 @@ def _last_logits(model: nn.Module, context: torch.Tensor) -> torch.Tensor:
 def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int,
              temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, use_cache: bool = True,
-             generator: torch.Generator | None = None) -> torch.Tensor:
+             generator: torch.Generator | None = None,
+             eos_id: int | None = None) -> torch.Tensor:
     """The prompt ``idx`` ``(B, T)`` followed by ``max_new_tokens`` new
     tokens, shape ``(B, T + max_new_tokens)``, same dtype and device.
+
+    ``eos_id`` (an end-of-text token id) stops a row once it has generated
+    that token: every later token of the row is ``eos_id`` (a token drawn
+    for it is replaced, so the random draws are those of the rows that run
+    on), and decoding stops as soon as every row has finished, so the
+    output may be shorter than ``T + max_new_tokens``. An ``eos_id`` in the
+    prompt does not count.
 
     Each step feeds the model at most its last ``block_size`` tokens, so
     generation can run past the context window. The model runs in eval
@@ -235,8 +243,15 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int,
     _check_generate(model, idx, generator, use_cache)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
     _check_sampling(temperature, top_k, top_p)
+    if eos_id is not None:
+        eos_id = check_int("eos_id", eos_id, minimum=0)
+        V = getattr(getattr(model, "config", None), "vocab_size", None)
+        V = getattr(model, "vocab_size", None) if V is None else V
+        if V is not None and eos_id >= V:
+            raise ValueError(f"eos_id must be a token id below vocab_size={V}, "
+                             f"got {eos_id}")
     block_size = context_length(model)
-    sampling = (temperature, top_k, top_p, generator)
+    sampling = (temperature, top_k, top_p, generator, eos_id)
     cached = use_cache and callable(getattr(model, "new_cache", None))
     was_training = model.training
     model.eval()        # no dropout while decoding
@@ -282,13 +297,27 @@ def decoding_settings(model, idx, cached: bool):
             torch.set_num_threads(threads)
 
 
+def _stop(idx_next, finished, eos_id):
+    """Rows that finished earlier keep writing ``eos_id``; returns the next
+    tokens ``(B, 1)`` and the rows finished after this step ``(B, 1)``."""
+    if eos_id is None:
+        return idx_next, finished
+    idx_next = idx_next.masked_fill(finished, eos_id)
+    return idx_next, finished | (idx_next == eos_id)
+
+
 def _generate_uncached(model, idx, max_new_tokens, block_size, sampling):
+    *draw, eos_id = sampling
+    finished = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
     for _ in range(max_new_tokens):
         # crop from the front: the newest tokens are the ones that matter
         context = idx if block_size is None else idx[:, -block_size:]
         logits = _last_logits(model, context)                     # (B, V)
-        idx_next = _draw(logits, *sampling)                       # (B, 1)
-        idx = torch.cat((idx, idx_next.to(idx.dtype)), dim=1)
+        idx_next = _draw(logits, *draw).to(idx.dtype)             # (B, 1)
+        idx_next, finished = _stop(idx_next, finished, eos_id)
+        idx = torch.cat((idx, idx_next), dim=1)
+        if eos_id is not None and bool(finished.all()):
+            break
     return idx                                  # (B, T + max_new_tokens)
 
 
@@ -296,15 +325,19 @@ def _generate_cached(model, idx, max_new_tokens, block_size, sampling):
     """:func:`generate`'s loop with a KV cache (chapter 8)."""
     if max_new_tokens == 0:
         return idx
+    *draw, eos_id = sampling
+    finished = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
     cache = model.new_cache(idx.shape[0])
     tokens = [idx]                              # the prompt, then (B, 1) each
     logits = model(idx[:, -block_size:], cache=cache)[:, -1]   # the prompt
     # the prompt was checked; sampled ids need no check at every step
     step_logits = getattr(model, "logits", model)
     for step in range(max_new_tokens):
-        idx_next = _draw(logits, *sampling).to(idx.dtype)         # (B, 1)
+        idx_next = _draw(logits, *draw).to(idx.dtype)             # (B, 1)
+        idx_next, finished = _stop(idx_next, finished, eos_id)
         tokens.append(idx_next)
-        if step == max_new_tokens - 1:
+        if step == max_new_tokens - 1 or (eos_id is not None
+                                          and bool(finished.all())):
             break
         if cache.length < block_size:           # one new position: cheap
             logits = step_logits(idx_next, cache=cache)[:, -1]     # (B, V)
