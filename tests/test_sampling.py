@@ -676,3 +676,81 @@ def test_decoding_settings_are_generates_and_are_restored():
         assert torch.get_num_threads() == 2 and torch.backends.mkldnn.enabled == mkldnn
     finally:
         torch.set_num_threads(threads)
+
+
+# --------------------------------------------------------------------------------------------
+# eos_id: stopping at an end-of-text token
+# --------------------------------------------------------------------------------------------
+
+
+def _eos_model(seed=0):
+    from tinyformer.model import GPT, GPTConfig
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16, init_std=0.5))
+
+
+def _plain_loop(model, idx, n, temperature, gen, eos_id=None):
+    """An independent reference: the textbook loop, finished rows overwritten with eos_id."""
+    finished = torch.zeros(idx.shape[0], dtype=torch.bool)
+    for _ in range(n):
+        with torch.no_grad():
+            logits = model(idx[:, -model.config.block_size:])[:, -1] / temperature
+        nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
+        if eos_id is not None:
+            nxt = torch.where(finished, torch.full_like(nxt, eos_id), nxt)
+            finished |= nxt == eos_id
+        idx = torch.cat((idx, nxt[:, None]), 1)
+        if eos_id is not None and finished.all():
+            break
+    return idx
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_eos_rows_finish_pad_and_stop(use_cache):
+    model, eos = _eos_model(), 3
+    idx = torch.tensor([[3, 1, 2], [4, 5, 6], [7, 8, 9], [1, 1, 1]])  # row 0's prompt holds eos
+    out = generate(model, idx, 30, temperature=2.0, use_cache=use_cache,
+                   generator=torch.Generator().manual_seed(1), eos_id=eos)
+    ref = _plain_loop(model, idx, 30, 2.0, torch.Generator().manual_seed(1), eos)
+    assert torch.equal(out, ref)
+    new = out[:, 3:]
+    assert out.shape[1] < 3 + 30 and (new == eos).any(1).all()  # every row finished, early
+    for row in new:  # after its first eos a row writes nothing else
+        first = int((row == eos).nonzero()[0])
+        assert (row[first:] == eos).all()
+    first_eos = [int((row == eos).nonzero()[0]) for row in new]
+    assert len(set(first_eos)) > 1  # rows finished at different steps
+
+
+def test_eos_keeps_the_random_draws_of_the_rows_that_run_on():
+    model, idx = _eos_model(), torch.randint(0, 11, (4, 3), generator=torch.Generator().manual_seed(5))
+    plain = generate(model, idx, 12, temperature=2.0, generator=torch.Generator().manual_seed(1))
+    stopped = generate(model, idx, 12, temperature=2.0, generator=torch.Generator().manual_seed(1), eos_id=3)
+    for row_p, row_s in zip(plain[:, 3:], stopped[:, 3:]):
+        hits = (row_s == 3).nonzero()
+        until = int(hits[0]) + 1 if len(hits) else len(row_s)
+        assert torch.equal(row_p[:until], row_s[:until])
+
+
+def test_eos_in_the_prompt_does_not_finish_a_row():
+    model = _eos_model()
+    idx = torch.full((1, 4), 3)
+    out = generate(model, idx, 5, top_k=1, eos_id=3)
+    greedy_plain = generate(model, idx, 5, top_k=1)
+    first = greedy_plain[0, 4:]
+    hits = (first == 3).nonzero()
+    until = int(hits[0]) + 1 if len(hits) else 5
+    assert torch.equal(out[0, 4:4 + until], first[:until])
+
+
+def test_eos_none_changes_nothing():
+    model, idx = _eos_model(), torch.randint(0, 11, (2, 3), generator=torch.Generator().manual_seed(2))
+    a = generate(model, idx, 10, generator=torch.Generator().manual_seed(0))
+    b = generate(model, idx, 10, generator=torch.Generator().manual_seed(0), eos_id=None)
+    assert torch.equal(a, b) and a.shape == (2, 13)
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (11, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_eos_id_checked(bad, error):
+    with pytest.raises(error, match="eos_id"):
+        generate(_eos_model(), torch.zeros(1, 2, dtype=torch.long), 3, eos_id=bad)
