@@ -14,6 +14,8 @@ RoPE, its relative-position property, and the library's RotaryEmbedding. The cha
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 
 import exercise_suite
@@ -141,19 +143,24 @@ solution = SUITE.solution
 
 
 def learner_table(swap=False, blocks=False, exponent="2i/d", first_position=0, multiply=False, base=10000,
-                  layout="T,d", dtype=torch.float32):
+                  layout="T,d", dtype=torch.float32, position="t", degrees=False):
     """A learner's table, one entry at a time with math.sin, with the slip chosen by the keywords.
 
-    exponent: "2i/d" (right), "i/d", "2j/d" (j the column), "j/d" (each column its own exponent).
+    exponent: "2i/d" (right), "i/d", "2j/d" (j the column), "j/d" (each column its own exponent), "2*i//d"
+    (integer division). position: "t" (right) or "t/T" (normalised). degrees: math.degrees on the angle.
     """
     def sinusoidal_table(T, d):
         PE = torch.zeros(T, d, dtype=dtype)
         for row in range(T):
             t = row + first_position
+            if position == "t/T":
+                t = t / T
             for j in range(d):
                 i = j % (d // 2) if blocks else j // 2
-                e = {"2i/d": 2 * i / d, "i/d": i / d, "2j/d": 2 * j / d, "j/d": j / d}[exponent]
+                e = {"2i/d": 2 * i / d, "i/d": i / d, "2j/d": 2 * j / d, "j/d": j / d, "2*i//d": 2 * i // d}[exponent]
                 angle = t * base ** e if multiply else t / base ** e
+                if degrees:
+                    angle = math.degrees(angle)
                 use_sin = (j < d // 2) if blocks else (j % 2 == 0)
                 if swap:
                     use_sin = not use_sin
@@ -223,6 +230,73 @@ def table_multiplied_float32(T, d):
     pe = torch.zeros(T, d)
     pe[:, 0::2] = torch.sin(position * factor)
     pe[:, 1::2] = torch.cos(position * factor)
+    return pe
+
+
+def table_normalised_positions(T, d):
+    """Positions scaled into [0, 1): torch.arange(T) / T."""
+    position = (torch.arange(T) / T)[:, None]
+    div = 10000 ** (torch.arange(0, d, 2) / d)
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(position / div)
+    pe[:, 1::2] = torch.cos(position / div)
+    return pe
+
+
+def table_linspace_unit(T, d):
+    """Positions from torch.linspace(0, 1, T): normalised too, t / (T - 1)."""
+    position = torch.linspace(0, 1, T)[:, None]
+    angle = position * torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+    return torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)
+
+
+def table_linspace(T, d):
+    """Positions from torch.linspace(0, T, T): T points on [0, T], a step of T/(T - 1)."""
+    position = torch.linspace(0, T, T).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def table_linspace_right(T, d):
+    """Positions from torch.linspace(0, T - 1, T): 0, 1, ..., T - 1 (right)."""
+    position = torch.linspace(0, T - 1, T, dtype=torch.float64).unsqueeze(1)
+    angle = position / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pe = torch.empty(T, d, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+def table_degrees_float32(T, d):
+    """The angles turned into degrees, × 180/π, in float32 (angles up to ~2,200: ~1e-4 of float32 rounding)."""
+    position = torch.arange(T, dtype=torch.float32)[:, None]
+    angle = position / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d) * 180 / math.pi
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe
+
+
+def table_tensor2tensor_interleaved(T, d):
+    """tensor2tensor's frequencies, log(10000)/(d/2 - 1) apart, laid out interleaved as the book asks."""
+    position = torch.arange(T, dtype=torch.float32)[:, None]
+    inv_timescales = torch.exp(torch.arange(d // 2, dtype=torch.float32) * -(math.log(10000.0) / (d // 2 - 1)))
+    angle = position * inv_timescales[None, :]
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe
+
+
+def table_last_pair_missed(T, d):
+    """A loop over the sine columns that stops one pair early: range(0, d - 2, 2)."""
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    for t in range(T):
+        for j in range(0, d - 2, 2):
+            pe[t, j] = math.sin(t / 10000 ** (j / d))
+            pe[t, j + 1] = math.cos(t / 10000 ** (j / d))
     return pe
 
 
@@ -350,6 +424,53 @@ def rope_heads_axis(x, offset=0):
     return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), -1).flatten(-2)
 
 
+def rope_turned_one_after_the_other(x, offset=0):
+    """The second coordinate computed from the first, already overwritten in out."""
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype)
+    angle = p[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    c, s = angle.cos(), angle.sin()
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = a * c - b * s
+    out[..., 1::2] = out[..., 0::2] * s + b * c
+    return out
+
+
+def rope_views_of_the_output(x, offset=0):
+    """a and b are views of out = x.clone(): the first assignment changes a before the second reads it."""
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype)
+    angle = p[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    out = x.clone()
+    a, b = out[..., 0::2], out[..., 1::2]
+    out[..., 0::2] = a * angle.cos() - b * angle.sin()
+    out[..., 1::2] = a * angle.sin() + b * angle.cos()
+    return out
+
+
+def rope_views_cloned(x, offset=0):
+    """As above, but a and b are copies taken before out is written (right)."""
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype)
+    angle = p[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    out = x.clone()
+    a, b = out[..., 0::2].clone(), out[..., 1::2].clone()
+    out[..., 0::2] = a * angle.cos() - b * angle.sin()
+    out[..., 1::2] = a * angle.sin() + b * angle.cos()
+    return out
+
+
+def rope_complex_from_halves(x, offset=0):
+    """view_as_complex after a reshape to (..., 2, d/2) (halves paired), written back interleaved."""
+    T, d = x.shape[-2], x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    p = torch.arange(offset, offset + T, dtype=torch.float64)
+    z = torch.view_as_complex(x.reshape(*x.shape[:-1], 2, d // 2).transpose(-1, -2).contiguous())
+    turn = torch.polar(torch.ones(T, d // 2, dtype=torch.float64), torch.outer(p, theta))
+    return torch.view_as_real(z * turn).flatten(-2)
+
+
 def rope_in_place(x, offset=0):
     y = learner_rope()(x, offset)
     x[...] = y
@@ -409,13 +530,14 @@ def table_even_columns_in_exponent(T, d):
             pe[t, j + 1] = math.cos(t / 10000 ** (2 * j / d))
     return pe
 
-def learner_look(sign=-1, angle="k*theta", scale=1.0, dtype=torch.float64):
-    """A learner's look_back_matrix: d/2 blocks [[c, -s], [s, c]] of the angle sign·(what `angle` names)."""
+def learner_look(sign=-1, angle="k*theta", scale=1.0, dtype=torch.float64, steps=0):
+    """A learner's look_back_matrix: d/2 blocks [[c, -s], [s, c]] of the angle sign·(what `angle` names);
+    steps: added to k (an off-by-one k)."""
     def look_back_matrix(d, k):
         A = torch.zeros(d, d, dtype=dtype)
         for i in range(d // 2):
             theta = {"k*theta": 10000 ** (-2 * i / d), "k": 1.0, "column": 10000 ** (-4 * i / d)}[angle]
-            a = sign * k * theta
+            a = sign * (k + steps) * theta
             A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = scale * torch.tensor([[math.cos(a), -math.sin(a)],
                                                                         [math.sin(a), math.cos(a)]])
         return A
@@ -455,10 +577,13 @@ def look_torch_cos(d, k):
 
 
 def look_least_squares(d, k, rows=24):
-    """A fitted to 24 rows of the table, PE[k:24] A = PE[:24 - k]: right near the start, not far out."""
+    """A fitted to 24 rows of the table, PE[k:24] A = PE[:24 - k]: right near the start, not far out. The normal
+    equations with a little ridge, solved by LU: torch.linalg.lstsq on this ill-conditioned fit gives results
+    that differ from call to call (with the memory's alignment), and so verdicts that depend on the run."""
     PE = torch.tensor([[(math.sin if j % 2 == 0 else math.cos)(t / 10000 ** ((j - j % 2) / d)) for j in range(d)]
                        for t in range(rows)], dtype=torch.float64)
-    return torch.linalg.lstsq(PE[k:], PE[:rows - k]).solution
+    X, Y = PE[k:], PE[:rows - k]
+    return torch.linalg.solve(X.T @ X + 1e-8 * torch.eye(d, dtype=torch.float64), X.T @ Y)
 
 
 def look_pair_zero_alone(d, k):
@@ -544,7 +669,7 @@ def learner_alibi(sign=-1, future="-inf", own="visible", slopes_used=True, heads
         bias = sign * s[:, None, None] * distance
         hide = n > m if own == "visible" else n >= m
         if future != "none":
-            bias = bias.masked_fill(hide, {"-inf": float("-inf"), "0": 0.0, "big": -1e9}[future])
+            bias = bias.masked_fill(hide, {"-inf": float("-inf"), "+inf": float("inf"), "0": 0.0, "big": -1e9}[future])
         if heads == "last":
             bias = bias.permute(1, 2, 0)
         elif heads == "keys in rows":
@@ -568,6 +693,17 @@ def alibi_triu_mask(T, slopes):
     pos = torch.arange(T, dtype=slopes.dtype)
     bias = (pos[None, :] - pos[:, None]) * slopes.view(-1, 1, 1)
     return bias.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def alibi_future_added(T, slopes):
+    """Right: -inf added above the diagonal, from the upper triangle of a matrix of -inf."""
+    m, n = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return -slopes[:, None, None] * (m - n) + torch.full((T, T), float("-inf"), dtype=slopes.dtype).triu(1)
+
+
+def look_one_step_k_times(d, k):
+    """Right: the one-position shift back, M_{-1}, multiplied k times (the identity for k = 0)."""
+    return torch.linalg.matrix_power(learner_look()(d, 1), k)
 
 
 def alibi_slopes_2d(T, slopes):
@@ -600,7 +736,25 @@ WRONG = [
     ("sinusoidal_table", learner_table(first_position=1), "your rows start at position 1"),
     ("sinusoidal_table", learner_table(multiply=True, dtype=torch.float64), "you multiplied t by 10000^(2i/d)"),
     ("sinusoidal_table", table_multiplied_float32, "the first pair (columns 0 and 1, frequency 1) is right"),
-    ("sinusoidal_table", table_one_frequency, "the first pair (columns 0 and 1, frequency 1) is right"),
+    ("sinusoidal_table", table_one_frequency, "// made the exponent 0"),
+    ("sinusoidal_table", learner_table(exponent="2*i//d"), "// made the exponent 0"),
+    ("sinusoidal_table", table_normalised_positions, "row 1 of your table is at position 0.2 for T = 5 (pair 0, which "
+                                                     "turns 1 rad per position, turned by 0.2 rad). Hint: your "
+                                                     "positions are scaled into [0, 1]"),
+    ("sinusoidal_table", learner_table(position="t/T"), "row 1 of your table is at position 0.2 for T = 5 (pair 0, "
+                                                        "which turns 1 rad per position, turned by 0.2 rad). Hint: "
+                                                        "your positions are scaled into [0, 1]"),
+    ("sinusoidal_table", table_linspace_unit, "row 1 of your table is at position 0.25 for T = 5 (pair 0, which turns "
+                                              "1 rad per position, turned by 0.25 rad). Hint: your positions are "
+                                              "scaled into [0, 1]"),
+    ("sinusoidal_table", table_linspace, "row 1 of your table is at position 1.25 for T = 5 (pair 0, which turns 1 rad "
+                                         "per position, turned by 1.25 rad). Hint: torch.linspace(0, T, T) puts T "
+                                         "points on [0, T]"),
+    ("sinusoidal_table", learner_table(degrees=True), "wrong output. Hint: sin and cos take radians"),
+    ("sinusoidal_table", table_degrees_float32, "wrong output. Hint: sin and cos take radians"),
+    ("sinusoidal_table", table_tensor2tensor_interleaved, "tensor2tensor's get_timing_signal_1d spaces the "
+                                                          "frequencies by log(10000)/(d/2 - 1)"),
+    ("sinusoidal_table", table_last_pair_missed, "columns d-2 and d-1 are zero"),
     ("sinusoidal_table", learner_table(layout="d,T"), "your table is transposed, (d, T)"),
     ("sinusoidal_table", learner_table(layout="1,T,d"), "with a batch axis in front"),
     ("sinusoidal_table", learner_table(layout="T,1,d"), "output shape (5, 1, 4), expected (5, 4) for T = 5, d = 4."),
@@ -644,6 +798,13 @@ WRONG = [
                                "dtype=x.dtype). Hint: you paired x[i] with x[i + d/2]"),
     ("rope", learner_rope(sign=-1), "your pairs turn the wrong way"),
     ("rope", rope_written_back_with_cat, "you wrote the results back as all the first coordinates"),
+    ("rope", rope_turned_one_after_the_other, "compute both coordinates from the original a and b"),
+    ("rope", rope_views_of_the_output, "compute both coordinates from the original a and b"),
+    ("rope", rope_complex_from_halves, "you paired x[i] with x[i + d/2] (a reshape to (..., 2, d/2) before "
+                                       "view_as_complex"),
+    ("rope", lambda x, offset=0: rope_complex_from_halves(x.float(), offset).double(),
+     "wrong output (and float32 rounding: build the positions and frequencies with dtype=x.dtype). Hint: you paired "
+     "x[i] with x[i + d/2] (a reshape to (..., 2, d/2)"),
     ("binary_table", lambda T, d: (torch.arange(T)[:, None] & (1 << torch.arange(d))).double(),
      "column j holds t & (1 << j), which is 2^j"),
     ("rope", learner_rope(use_offset=False), "the offset is ignored"),
@@ -676,12 +837,17 @@ WRONG = [
      "the query at m = 3 scores the key at n = 3 as high as the key at n = 0, or higher. Hint: your A does not"),
     ("look_back_matrix", learner_look(angle="k"), "every pair turned by the same angle k"),
     ("look_back_matrix", learner_look(angle="column"), "your frequencies came from the column index"),
+    ("look_back_matrix", learner_look(steps=-1), "the query at m = 3 scores the key at n = 1 as high as the key at "
+                                                 "n = 0, or higher; your scores peak at n = m - k + 1. Hint: your k "
+                                                 "is off by one"),
+    ("look_back_matrix", learner_look(steps=1, dtype=torch.float32, scale=2.0),
+     "the query at m = 4 scores the key at n = 0 as high as the key at n = 1, or higher; your scores peak at "
+     "n = m - k - 1. Hint: your k is off by one"),
     ("look_back_matrix", look_only_the_fast_pair, "Build A from d/2 blocks of 2 x 2"),
     ("look_back_matrix", look_torch_cos, "math.cos and math.sin take them"),
     ("look_back_matrix", lambda d, k: look_base(d, k, 100000.0),
      "for d = 16, k = 12: the query at m = 12 scores the key at n = 6 as high as the key at n = 0"),
-    ("look_back_matrix", look_least_squares, "the query at m = 4095 scores the key at n = 316 as high as the key "
-                                             "at n = 4092, or higher. Hint: with A = M_{-k}"),
+    ("look_back_matrix", look_least_squares, "as high as the key at n = 4092, or higher. Hint: with A = M_{-k}"),
     ("look_back_matrix", look_pair_zero_alone, "the query at m = 3 scores the key at n = 710 as high as the key at "
                                                "n = 0"),
     ("alibi", alibi_nan_mask, "0 · (-inf) is NaN, not 0"),
@@ -707,6 +873,7 @@ WRONG = [
     ("alibi", learner_alibi(future="none"), "the keys after the query (n > m) have a bias too"),
     ("alibi", learner_alibi(future="none", dist="abs"), "the bidirectional form"),
     ("alibi", learner_alibi(future="0"), "the keys after the query got 0, which hides nothing"),
+    ("alibi", learner_alibi(future="+inf"), "the future must be -inf, not +inf"),
     ("alibi", learner_alibi(future="big"), "the keys after the query got a large negative number"),
     ("alibi", learner_alibi(own="hidden"), "you hid the query's own key too"),
     ("alibi", learner_alibi(slopes_used=False), "every head got slope 1"),
@@ -817,7 +984,8 @@ def test_tables_are_judged_to_float32_precision(name, capsys):
 
 
 @pytest.mark.parametrize("right", [learner_table(), learner_table(dtype=torch.float64), table_torch_tutorial,
-                                   table_numpy, lambda T, d: positions.sinusoidal_positions(T, d)])
+                                   table_numpy, lambda T, d: positions.sinusoidal_positions(T, d),
+                                   table_linspace_right])
 def test_other_right_tables_pass(right):
     for seed in SEEDS:
         assert verdict_for("sinusoidal_table", right, seed).passed
@@ -835,7 +1003,7 @@ def test_other_right_shift_matrices_pass(right):
         assert verdict_for("shift_matrix", right, seed).passed
 
 
-@pytest.mark.parametrize("right", [learner_rope(), rope_complex, rope_by_matrix,
+@pytest.mark.parametrize("right", [learner_rope(), rope_complex, rope_by_matrix, rope_views_cloned,
                                    lambda x, offset=0: positions.RotaryEmbedding(x.shape[-1])(x, offset)])
 def test_other_right_ropes_pass(right):
     for seed in SEEDS:
@@ -849,6 +1017,61 @@ def test_other_right_binary_tables_pass(right):
     """Any real dtype holds 0 and 1 exactly: integer tables pass too (bool does not)."""
     for seed in SEEDS:
         assert verdict_for("binary_table", right, seed).passed
+
+
+# --------------------------------------------------------------------------- the library's own answers
+
+
+def rope_from_private_angles(x, offset=0):
+    """The angles from the library's private helper, the rotation written out."""
+    T, d = x.shape[-2], x.shape[-1]
+    angle = positions._angles(T, d, 10000, offset, None).to(x.dtype)          # (T, d/2)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), -1).flatten(-2)
+
+
+def rope_from_the_table(x, offset=0):
+    """cos and sin read off the library's sinusoidal table, started at the offset."""
+    T, d = x.shape[-2], x.shape[-1]
+    PE = positions.sinusoidal_positions(T, d, offset=offset, dtype=x.dtype)  # (T, d)
+    sin, cos = PE[:, 0::2], PE[:, 1::2]
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+
+
+def rope_from_frequencies(x, offset=0):
+    """θ from the library's frequencies(d), the rest written out."""
+    T, d = x.shape[-2], x.shape[-1]
+    p = torch.arange(offset, offset + T, dtype=x.dtype)
+    angle = p[:, None] * positions.frequencies(d).to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), -1).flatten(-2)
+
+
+ROPE_FROM_THE_LIBRARY = [
+    (rope_from_private_angles, "tinyformer.positions._angles"),
+    (rope_from_the_table, "tinyformer.positions.sinusoidal_positions"),
+    (rope_from_frequencies, "tinyformer.positions.frequencies"),
+]
+
+
+@pytest.mark.parametrize(("fn", "caught"), ROPE_FROM_THE_LIBRARY, ids=[c for _, c in ROPE_FROM_THE_LIBRARY])
+def test_a_rope_whose_angles_come_from_the_library_is_refused(fn, caught):
+    """Exercise 4.3 asks to compute the angles: taken from the library (a private helper included), the right
+    outputs get no credit, in the book's check (the library-answer verdict) as in the grader (its flag)."""
+    rec, verdict = exercise_suite.harvest("rope", fn)
+    assert caught in rec["flags"], rec["flags"]
+    assert verdict.status == checks.PASS, verdict.message       # its outputs are right: the flag takes the credit
+    with contextlib.redirect_stdout(io.StringIO()):
+        said = checks.check("rope", fn)
+    assert said.status == checks.FAIL and "the library's own answer" in said.message, said.message
+    exercise_suite.in_book_refuses("rope", fn, [caught])
+
+
+@pytest.mark.parametrize("name", ["sinusoidal_table", "rope"])
+def test_honest_answers_are_not_flagged(name):
+    rec, verdict = exercise_suite.harvest(name, solution(name))
+    assert rec["flags"] == [] and verdict.passed, rec["flags"]
 
 
 # --------------------------------------------------------------------------- the cases
@@ -962,14 +1185,14 @@ def test_binary_reference_is_pythons_binary_digits():
 
 
 @pytest.mark.parametrize("right", [learner_look(), look_from_numpy_rotations, learner_look(scale=5.0),
-                                   learner_look(dtype=torch.float32)])
+                                   learner_look(dtype=torch.float32), look_one_step_k_times])
 def test_other_right_look_back_matrices_pass(right):
     """Judged by behaviour: a positive multiple, NumPy's blocks and a float32 matrix all attend k back."""
     for seed in SEEDS:
         assert verdict_for("look_back_matrix", right, seed).passed
 
 
-@pytest.mark.parametrize("right", [alibi_loops, alibi_triu_mask])
+@pytest.mark.parametrize("right", [alibi_loops, alibi_triu_mask, alibi_future_added])
 def test_other_right_alibis_pass(right):
     for seed in SEEDS:
         assert verdict_for("alibi", right, seed).passed

@@ -75,14 +75,18 @@ def sinusoidal_table_reference(T: int, d: int) -> torch.Tensor:
     return sinusoidal_positions(T, d, dtype=F64)
 
 
-def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divide=True, form="T,d", odd="cos"):
+def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divide=True, form="T,d", odd="cos",
+           unit="rad", last="kept"):
     """The sinusoidal table with the mistakes named by the keywords; the defaults are right.
 
     first: "sin" (even columns sin) or "cos". layout: "interleaved" or "blocks" (all sines, then all
     cosines). exponent: "pair" (2i/d, i = j // 2, right), "column" (2j/d), "odd" (j/d: the odd
-    column's own exponent), "half" (i/d). start: the first position. divide: t / base^(...) (else
-    t * base^(...)). form: "T,d", "d,T" (transposed) or "1,T,d" (a batch axis in front). odd: "cos",
-    or "sin" (a copy-paste slip: sines in both columns of each pair).
+    column's own exponent), "half" (i/d), "t2t" (i/(d/2 - 1), tensor2tensor's spacing) or "zero"
+    (2*i//d, integer division: 0 for every pair). start: the first position. divide: t / base^(...)
+    (else t * base^(...)). form: "T,d", "d,T" (transposed) or "1,T,d" (a batch axis in front). odd:
+    "cos", or "sin" (a copy-paste slip: sines in both columns of each pair). unit: "rad", or "deg"
+    (the angles converted to degrees, math.degrees, before sin and cos). last: "kept", or "zero" (the
+    last pair's columns d-2 and d-1 never written: a loop over range(0, d - 2, 2)).
     """
     def wrong(T, d):
         t = torch.arange(start, start + T, dtype=F64)[:, None]            # (T, 1)
@@ -91,12 +95,17 @@ def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divid
             i, is_sin = torch.div(j, 2, rounding_mode="floor"), j % 2 == 0
         else:
             i, is_sin = j % (d // 2), j < d // 2
-        power = {"pair": 2 * i / d, "column": 2 * j / d, "odd": j / d, "half": i / d}[exponent]
+        power = {"pair": 2 * i / d, "column": 2 * j / d, "odd": j / d, "half": i / d, "t2t": i / (d // 2 - 1),
+                 "zero": 0 * i}[exponent]
         angle = t / BASE ** power if divide else t * BASE ** power         # (T, d)
+        if unit == "deg":
+            angle = angle * (180 / math.pi)
         s, c = (angle.sin(), angle.cos()) if first == "sin" else (angle.cos(), angle.sin())
         if odd == "sin":
             c = angle.sin()
         PE = torch.where(is_sin, s, c)                                     # (T, d)
+        if last == "zero":
+            PE[:, d - 2:] = 0.0
         return {"T,d": PE, "d,T": PE.T.contiguous(), "1,T,d": PE[None]}[form]
     return wrong
 
@@ -116,6 +125,60 @@ TABLE_INT = ("your table holds whole numbers only: it has an integer dtype (a te
              "torch.zeros(T, d) or dtype=torch.float64.")
 TABLE_HALF = ("your table is right to about 1e-3 only, the precision of float16 or bfloat16: build it in float32 "
               "or float64.")
+TABLE_T2T = ("tensor2tensor's get_timing_signal_1d spaces the frequencies by log(10000)/(d/2 - 1), "
+             "θ_i = 10000^(-i/(d/2 - 1)), so that its last pair turns at exactly 1/10000: the book's exponent is "
+             "2i/d, θ_i = 10000^(-2i/d).")
+TABLE_DEGREES = ("sin and cos take radians: pair i's angle is t·θ_i radians as it is. Converted to degrees "
+                 "(math.degrees, or × 180/π) it turns every pair about 57 times too fast.")
+TABLE_ZERO_EXPONENT = ("// made the exponent 0: 2*i//d is integer division, 0 for every pair i < d/2, so every pair "
+                       "turns at frequency 1 and equals pair 0. Divide with /, 2 * i / d.")
+TABLE_LAST_ZERO = ("columns d-2 and d-1 are zero: your loop stopped one pair early (range(0, d - 2, 2)). The d/2 "
+                   "pairs start at columns 0, 2, …, d-2: range(0, d, 2), or the slices PE[:, 0::2] and PE[:, 1::2].")
+TABLE_NORMALISED = ("your positions are scaled into [0, 1] (t/T, or torch.linspace(0, 1, T)): row t is position t "
+                    "itself, torch.arange(T), so that a position gets the same vector whatever the length T.")
+TABLE_LINSPACE = ("torch.linspace(0, T, T) puts T points on [0, T], both ends included, so it steps by T/(T - 1), "
+                  "not 1: the positions are 0, 1, …, T - 1, torch.arange(T) (or torch.linspace(0, T - 1, T)).")
+
+TABLE_MISTAKES = [
+    (_table(first="cos"), "sines and cosines are swapped: the even columns 2i hold sin(t·θ_i) and the odd "
+                          "columns 2i+1 cos(t·θ_i), so row 0 reads 0, 1, 0, 1, …"),
+    (_table(layout="blocks"), TABLE_BLOCKS),
+    (_table(exponent="column"), "yours uses the column index j = 0..d-1 in the exponent, 10000^(2j/d), as "
+                                "some notes write it; it should use the pair index i = j // 2, so columns 2i "
+                                "and 2i+1 share the frequency θ_i = 1/10000^(2i/d)."),
+    (_table(exponent="odd"), "the odd column 2i+1 got its own exponent, (2i+1)/d: both columns of pair i share "
+                             "one frequency, so the cosine uses the exponent 2i/d of the sine beside it."),
+    (_table(exponent="half"), "the exponent is 2i/d, not i/d: θ_i = 1/10000^(2i/d). With i/d the slowest "
+                              "frequency is only about 1/100 (your table is the one with base 100)."),
+    (_table(exponent="t2t"), TABLE_T2T),
+    (_table(exponent="zero"), TABLE_ZERO_EXPONENT),
+    (_table(unit="deg"), TABLE_DEGREES),
+    (_table(last="zero"), TABLE_LAST_ZERO),
+    (_table(odd="sin"), "your odd columns hold sines too: column 2i is sin(t·θ_i) and column 2i+1 is "
+                        "cos(t·θ_i), so row 0 reads 0, 1, 0, 1, …"),
+    (_table(start=1), "your rows start at position 1: row t is position t, so row 0 is sin 0 = 0 and "
+                      "cos 0 = 1 in every pair (torch.arange(T) starts at 0)."),
+    (_table(divide=False), "you multiplied t by 10000^(2i/d): divide by it, θ_i = 1/10000^(2i/d), so that each "
+                           "pair turns more slowly than the one before (the last about 1/10000 radian per "
+                           "position)."),
+    (_table(form="d,T"), "your table is transposed, (d, T): it has one row per position, shape (T, d)."),
+    (_table(form="1,T,d"), "you returned shape (1, T, d), with a batch axis in front (what a module adds with "
+                           "unsqueeze(0) to broadcast over a batch): return the table itself, (T, d)."),
+]
+TABLE_LOOSE_ATOL = 1e-3   # a known mistake computed in float32, angles up to ~2,300 rad (degrees): ~1.4e-4 off
+
+
+def _scaled_positions(T: int, d: int, PE: torch.Tensor) -> float | None:
+    """c if PE is the book's table with row t at position c·t, c read off the angle of row 1's pair 0
+    (in (0, π)); else None."""
+    if PE.shape != (T, d) or T < 2:
+        return None
+    c = math.atan2(PE[1, 0].item(), PE[1, 1].item())
+    if not 0 < c < math.pi:
+        return None
+    angle = torch.outer(c * torch.arange(T, dtype=F64), BASE ** (-2 * torch.arange(d // 2, dtype=F64) / d))
+    want = torch.stack((angle.sin(), angle.cos()), dim=-1).reshape(T, d)
+    return c if bool(torch.allclose(PE.to(F64), want, rtol=0.0, atol=TABLE_ATOL)) else None
 
 
 def _fitted_base(T: int, d: int, PE: torch.Tensor) -> float | None:
@@ -145,6 +208,18 @@ def _diagnose_table(cases, outputs, refs):
         return f"wrong values. Hint: {TABLE_INT}"
     if _close_all(outputs, refs, 1e-2):
         return f"wrong values. Hint: {TABLE_HALF}"
+    hint = _loose_mistake(TABLE_MISTAKES, cases, [o.to(F64) for o in outputs], TABLE_LOOSE_ATOL)
+    if hint is not None:                    # a known mistake computed in float32: a float32 table may pass, so
+        return f"wrong output. Hint: {hint}"     # the verdict is the exact match's, whatever the seed
+    scales = [_scaled_positions(T_, d_, o) for (T_, d_), o in zip(cases, outputs)]
+    if all(c is not None for c in scales):
+        (T, _), c = cases[0], scales[0]
+        said = (f"row 1 of your table is at position {c:.4g} for T = {T} (pair 0, which turns 1 rad per position, "
+                f"turned by {c:.4g} rad)")
+        if all(min(abs(c_ - 1 / T_), abs(c_ - 1 / (T_ - 1))) < 1e-4 for c_, (T_, _) in zip(scales, cases)):
+            return f"{said}. Hint: {TABLE_NORMALISED}"
+        if all(abs(c_ - T_ / (T_ - 1)) < 1e-4 for c_, (T_, _) in zip(scales, cases)):
+            return f"{said}. Hint: {TABLE_LINSPACE}"
     (T, d), PE = cases[0], outputs[0]
     if PE.shape == (T, d):
         base = _fitted_base(T, d, PE)
@@ -172,28 +247,7 @@ register(Exercise(
     make_cases=_table_cases, reference=sinusoidal_table_reference,
     returns="the (T, d) table, a float32 or float64 tensor",
     exact_dtype=False, rtol=0.0, atol=TABLE_ATOL,
-    mistakes=[
-        (_table(first="cos"), "sines and cosines are swapped: the even columns 2i hold sin(t·θ_i) and the odd "
-                              "columns 2i+1 cos(t·θ_i), so row 0 reads 0, 1, 0, 1, …"),
-        (_table(layout="blocks"), TABLE_BLOCKS),
-        (_table(exponent="column"), "yours uses the column index j = 0..d-1 in the exponent, 10000^(2j/d), as "
-                                    "some notes write it; it should use the pair index i = j // 2, so columns 2i "
-                                    "and 2i+1 share the frequency θ_i = 1/10000^(2i/d)."),
-        (_table(exponent="odd"), "the odd column 2i+1 got its own exponent, (2i+1)/d: both columns of pair i share "
-                                 "one frequency, so the cosine uses the exponent 2i/d of the sine beside it."),
-        (_table(exponent="half"), "the exponent is 2i/d, not i/d: θ_i = 1/10000^(2i/d). With i/d the slowest "
-                                  "frequency is only about 1/100 (your table is the one with base 100)."),
-        (_table(odd="sin"), "your odd columns hold sines too: column 2i is sin(t·θ_i) and column 2i+1 is "
-                            "cos(t·θ_i), so row 0 reads 0, 1, 0, 1, …"),
-        (_table(start=1), "your rows start at position 1: row t is position t, so row 0 is sin 0 = 0 and "
-                          "cos 0 = 1 in every pair (torch.arange(T) starts at 0)."),
-        (_table(divide=False), "you multiplied t by 10000^(2i/d): divide by it, θ_i = 1/10000^(2i/d), so that each "
-                               "pair turns more slowly than the one before (the last about 1/10000 radian per "
-                               "position)."),
-        (_table(form="d,T"), "your table is transposed, (d, T): it has one row per position, shape (T, d)."),
-        (_table(form="1,T,d"), "you returned shape (1, T, d), with a batch axis in front (what a module adds with "
-                               "unsqueeze(0) to broadcast over a batch): return the table itself, (T, d)."),
-    ],
+    mistakes=TABLE_MISTAKES,
     error_hints=[
         (RuntimeError, r"must match the size of tensor",
          "the T positions and the d/2 frequencies must broadcast into a (T, d/2) table of angles: make the "
@@ -201,7 +255,8 @@ register(Exercise(
         (ValueError, r"only one element tensors can be converted to Python scalars",
          "math.sin and math.cos take one number: for a tensor of angles use torch.sin and torch.cos."),
     ],
-    diagnose=safe_diagnosis(_diagnose_table), diagnose_hints=(TABLE_BASE, TABLE_FREQ, TABLE_INT, TABLE_HALF),
+    diagnose=safe_diagnosis(_diagnose_table),
+    diagnose_hints=(TABLE_BASE, TABLE_FREQ, TABLE_INT, TABLE_HALF, TABLE_NORMALISED, TABLE_LINSPACE),
     generic_hint="build the (T, d/2) angles t·θ_i with t = 0..T-1 and θ_i = 1/10000^(2i/d), then put their sines "
                  "in the even columns and their cosines in the odd ones; compare row 1 with a hand computation "
                  "for d = 4.",
@@ -357,13 +412,16 @@ def rope_reference(x: torch.Tensor, offset: int = 0) -> torch.Tensor:
     return apply_rotary(x, offset)
 
 
-def _rope(*, layout="interleaved", direction=1, use_offset=True, start=0, exponent="pair", pairs="all"):
+def _rope(*, layout="interleaved", direction=1, use_offset=True, start=0, exponent="pair", pairs="all",
+          update="both"):
     """RoPE with the mistakes named by the keywords; the defaults are right.
 
-    layout: "interleaved" (x[2i] with x[2i+1]) or "half" (x[i] with x[i + d/2], GPT-NeoX/Llama).
-    direction: 1, or -1 (the sign of sin flipped). use_offset: add offset to the positions. start:
-    added to the positions. exponent: "pair" (2i/d), "half" (i/d), "column" (2·2i/d) or "same"
-    (0: every pair at frequency 1). pairs: "all", "first" (only pair 0 turns) or "none".
+    layout: "interleaved" (x[2i] with x[2i+1]) or "half" (x[i] with x[i + d/2], GPT-NeoX/Llama), and
+    the mixtures named below. direction: 1, or -1 (the sign of sin flipped). use_offset: add offset to
+    the positions. start: added to the positions. exponent: "pair" (2i/d), "half" (i/d), "column"
+    (2·2i/d) or "same" (0: every pair at frequency 1). pairs: "all", "first" (only pair 0 turns) or
+    "none". update: "both" (both coordinates from the original pair), or "sequential" (the second
+    computed from the first already turned: out[..., 0::2] = ...; out[..., 1::2] = out[..., 0::2]·sin + ...).
     """
     def wrong(x, offset=0):
         T, d = x.shape[-2], x.shape[-1]
@@ -385,11 +443,16 @@ def _rope(*, layout="interleaved", direction=1, use_offset=True, start=0, expone
             a, b = x[..., 0::2], x[..., 1::2]
             turned = torch.stack((-b, a), dim=-1).flatten(-2)
             return x * c + turned * s_
+        if layout == "halves read, written interleaved":    # view_as_complex of x.reshape(..., 2, d/2).mT
+            a, b = x[..., :d // 2], x[..., d // 2:]
+            return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
         if layout in ("interleaved", "written back in halves"):
             a, b = x[..., 0::2], x[..., 1::2]                                             # (..., T, d/2)
             if layout == "written back in halves":          # turned right, put back with torch.cat
                 return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
-            return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+            first = a * cos - b * sin
+            second = first * sin + b * cos if update == "sequential" else a * sin + b * cos
+            return torch.stack((first, second), dim=-1).flatten(-2)
         a, b = x[..., :d // 2], x[..., d // 2:]
         return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
     return wrong
@@ -420,6 +483,14 @@ ROPE_MISTAKES = [
      "you turned neighbouring pairs (x[2i], x[2i+1]) but laid out cos and sin in halves (torch.cat((cos, cos))), "
      "the rotate_half layout: the two conventions mixed. Pair i needs cos and sin of its own angle p·θ_i, at "
      "columns 2i and 2i+1."),
+    (_rope(layout="halves read, written interleaved"),
+     "you paired x[i] with x[i + d/2] (a reshape to (..., 2, d/2) before view_as_complex, or x[..., :d//2] with "
+     "x[..., d//2:]) but wrote the results back interleaved, at 2i and 2i+1: the book pairs neighbours on both "
+     "sides, (x[2i], x[2i+1]), a reshape to (..., d/2, 2)."),
+    (_rope(update="sequential"),
+     "you computed the second coordinate from the first one already turned (out[..., 0::2] was overwritten "
+     "before out[..., 1::2] read it): compute both coordinates from the original a and b, "
+     "(a cos φ - b sin φ, a sin φ + b cos φ), before writing either."),
     (_rope(direction=-1), "your pairs turn the wrong way (the sign of sin): the pair (a, b) becomes "
                           "(a cos φ - b sin φ, a sin φ + b cos φ) with φ = p·θ_i."),
     (_rope(use_offset=False), "the offset is ignored: row t is at position offset + t (a cache passes the number "
@@ -474,7 +545,8 @@ def _diagnose_rope(cases, outputs, refs):
 register(Exercise(
     name="rope", number="4.3", function="rope", chapter=CHAPTER, args=("x", "offset"),
     library_answers=("tinyformer.positions.apply_rotary", "tinyformer.positions.rotate_pairs",
-                     "tinyformer.positions.RotaryEmbedding"),
+                     "tinyformer.positions.RotaryEmbedding", "tinyformer.positions._angles",
+                     "tinyformer.positions.sinusoidal_positions", "tinyformer.positions.frequencies"),
     make_cases=_rope_cases, reference=rope_reference, returns="the rotated tensor, shaped like x",
     rtol=1e-9, atol=ROPE_ATOL, mistakes=ROPE_MISTAKES,
     error_hints=[
@@ -569,6 +641,9 @@ LOOK_AHEAD = ("your scores peak k positions ahead, at n = m + k: PE[m] @ M_k is 
               "largest where n = m - k.")
 LOOK_SELF = ("your A does not turn the pairs, so every score peaks at the query itself (n = m): PE[m] is most "
              "like PE[m]. Put the shift M_{-k} of Exercise 4.2 (angle -k·θ_i in pair i) on the diagonal.")
+LOOK_OFF_BY_ONE = ("your k is off by one: A must shift back by exactly k positions, angle -k·θ_i in pair i, so "
+                   "that PE[m] @ A = PE[m - k]; a shift by k - 1 or k + 1 peaks one key off, at n = m - k + 1 or "
+                   "n = m - k - 1.")
 LOOK_WHERE = ("with A = M_{-k}, PE[m] @ A = PE[m - k] and the score PE[m - k]·PE[n] = Σ_i cos((m - k - n) θ_i) is "
               "largest, d/2, where n = m - k. Build A from d/2 blocks of 2 x 2: pair i holds the shift of Exercise "
               "4.2 with ω = θ_i = 10000^(-2i/d) and -k positions. Compare your angles with -k * frequencies(d): "
@@ -608,6 +683,9 @@ def _diagnose_look(cases, outputs, refs):
               f"as the key at n = {m_bad - k}, or higher")
         peaks = S.argmax(-1)
         offsets = [int(peaks[r]) - m for r, m in enumerate(queries.tolist()) if m < LOOK_T]
+        for step in (1, -1):                    # A shifts by k - 1 or k + 1: the peak one key off, n = m - k + step
+            if all(int(peaks[r]) == m - k + step for r, m in enumerate(queries.tolist()) if m - k + step >= 0):
+                return f"{at}; your scores peak at n = m - k {'+' if step > 0 else '-'} 1. Hint: {LOOK_OFF_BY_ONE}"
         if k > 0 and all(o == k for o in offsets):
             return f"{at}. Hint: {LOOK_AHEAD}"
         identity = torch.allclose(A.to(F64), A[0, 0].to(F64) * torch.eye(d, dtype=F64))
@@ -628,7 +706,7 @@ register(Exercise(
          "θ_i and k are plain Python numbers here: math.cos and math.sin take them (torch.cos and torch.sin need "
          "tensors)."),
     ],
-    diagnose=safe_diagnosis(_diagnose_look), diagnose_hints=(LOOK_WHERE,),
+    diagnose=safe_diagnosis(_diagnose_look), diagnose_hints=(LOOK_OFF_BY_ONE, LOOK_WHERE),
     generic_hint="PE[m] @ A should be PE[m - k]: reuse shift_matrix of Exercise 4.2 for each pair i, with "
                  "ω = θ_i and -k positions, and place the d/2 blocks on the diagonal of a (d, d) float64 matrix.",
 ))
@@ -665,7 +743,7 @@ def _alibi(*, sign=-1, future="-inf", diagonal="visible", slope=True, layout="h,
         s = slopes if slope else torch.ones_like(slopes)
         bias = sign * s[:, None, None] * dist                            # (h, T, T)
         hidden = {"visible": n > m, "hidden": n >= m, "past": n < m}[diagonal]
-        fill = {"-inf": -math.inf, "0": 0.0, "-1e9": -1e9}.get(future)
+        fill = {"-inf": -math.inf, "+inf": math.inf, "0": 0.0, "-1e9": -1e9}.get(future)
         if fill is not None:
             bias = bias.masked_fill(hidden, fill)
         if layout == "T,T,h":
@@ -683,6 +761,9 @@ ALIBI_MISTAKES = [
                             "wherever n > m, so that they get no weight after the softmax."),
     (_alibi(future="none", distance="abs"), "you penalised |m - n| on both sides, the bidirectional form: this "
                                             "bias is causal, -inf wherever n > m."),
+    (_alibi(future="+inf"), "the future must be -inf, not +inf: float('inf') above the diagonal hides nothing, "
+                            "it makes the softmax of those rows NaN (inf / inf). Fill the keys after the query with "
+                            "float('-inf')."),
     (_alibi(future="0"), "the keys after the query got 0, which hides nothing: they must get -inf, so that the "
                          "softmax gives them weight exactly 0."),
     (_alibi(diagonal="hidden"), "you hid the query's own key too (n >= m): a query sees itself, at distance 0 "
