@@ -161,6 +161,10 @@ def test_exit_status_and_one_line_per_problem(site, capsys, monkeypatch):
 
 def test_missing_browser_is_a_clear_failure(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("CHROMIUM", str(tmp_path / "no-chromium"))
+    driver = tmp_path / "chromedriver"  # a driver that exists, so that only the browser is missing
+    driver.write_text("")
+    driver.chmod(0o755)
+    monkeypatch.setenv("CHROMEDRIVER", str(driver))
     (tmp_path / "html").mkdir()
     (tmp_path / "html" / "a.html").write_text("<p>x</p>")
     assert browser_check.main([str(tmp_path / "html")]) == 1
