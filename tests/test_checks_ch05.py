@@ -733,6 +733,8 @@ SAMPLE_WRONG = [
     (sample_without_eos, "sample_tokens takes a sixth argument, eos_id, with a default"),
     (learner_sampler(eos="unguarded"), "eos_id may be None (its default: no end-of-text token, the plain loop)"),
     (learner_sampler(eos="ignore"), "you never use eos_id"),
+    (lambda model, idx, n, temperature=1.0, generator=None, eos_id=None:  # `if eos_id:` skips eos_id = 0
+     learner_sampler()(model, idx, n, temperature, generator, eos_id or None), "`if eos_id:` reads it as no eos_id"),
     (learner_sampler(eos="keep-sampling"), "yours went on sampling in the finished rows"),
     (learner_sampler(eos="active-only"), "you drew tokens for the running rows only (probs[~finished])"),
     (learner_sampler(stop="never"), "decoding stops as soon as every row has finished: yours always runs"),

@@ -476,6 +476,7 @@ register(Exercise(
     name="gpt_params", number="5.2", function="gpt_params", chapter=CHAPTER,
     args=("vocab_size", "block_size", "n_layer", "d_model", "tie_weights"),
     library_answers=("tinyformer.model.gpt_param_count", "tinyformer.blocks.block_param_count",
+                     "tinyformer.model.matmul_params", "tinyformer.model.kaplan_estimate",
                      "tinyformer.model.GPT", "tinyformer.blocks.TransformerStack",
                      "tinyformer.blocks.TransformerBlock"),
     make_cases=_params_cases, reference=gpt_params_reference, returns="the parameter count, an int",
@@ -532,9 +533,9 @@ def _sample_case(g, config: dict, B: int, T: int, max_new_tokens: int, temperatu
             built("torch.Generator", seed=_seed(g)), *eos)
 
 
-def _eos_case(g, B: int, T: int, max_new_tokens: int, temperature: float) -> tuple:
-    """A case of SAMPLE_GPT with a random eos_id that its prompt does not hold."""
-    eos_id = _randint(g, 0, SAMPLE_GPT["vocab_size"] - 1)
+def _eos_case(g, B: int, T: int, max_new_tokens: int, temperature: float, eos_id: int | None = None) -> tuple:
+    """A case of SAMPLE_GPT with an eos_id (random unless given) that its prompt does not hold."""
+    eos_id = _randint(g, 0, SAMPLE_GPT["vocab_size"] - 1) if eos_id is None else eos_id
     prompt = torch.randint(0, SAMPLE_GPT["vocab_size"] - 1, (B, T), generator=g)
     prompt = prompt + (prompt >= eos_id).long()                              # every id but eos_id
     return _sample_case(g, SAMPLE_GPT, B, T, max_new_tokens, temperature, eos_id, prompt=prompt)
@@ -638,7 +639,7 @@ def _draw_sampling_cases(g):
     6. B = 3, T = 4, 6 new tokens at a random temperature in [0.6, 1.6].
     7. a vocabulary of 128 with flatter logits (1 layer), B = 4, T = 4, 20 new tokens: top-k 50, top-p 0.99 and
        min-p 0.01 each change some draw.
-    8. eos_id, B = 4, T = 3, 10 new tokens at temperature 1.5: rows finish at different steps while one runs on
+    8. eos_id = 0, B = 4, T = 3, 10 new tokens at temperature 1.5: rows finish at different steps while one runs on
        (the output keeps T + 10 columns); see _runs_on.
     9. eos_id, B = 3, T = 2, 12 new tokens at temperature 1.5: every row finishes, at different steps, at least
        two steps before the end (the output is shorter).
@@ -666,7 +667,7 @@ def _draw_sampling_cases(g):
         if _filters_apart(wide):
             break
     while True:
-        runs_on = _eos_case(g, 4, 3, 10, 1.5)
+        runs_on = _eos_case(g, 4, 3, 10, 1.5, eos_id=0)  # 0: a loop testing `if eos_id:` ignores it
         if _runs_on(runs_on):
             break
     while True:
@@ -843,6 +844,11 @@ def _same_case(a, b) -> bool:
             and a[5:] == b[5:])
 
 
+SAMPLE_EOS_ZERO = ("your loop is right for every end-of-text id but 0, and with eos_id = 0 it never stops: 0 is a "
+                   "token id like any other, and `if eos_id:` reads it as no eos_id at all. Test `eos_id is not "
+                   "None`.")
+
+
 def _diagnose_sampling(cases, outputs, refs):
     for case, out in zip(cases, outputs):
         prompt = case[1]
@@ -861,6 +867,10 @@ def _diagnose_sampling(cases, outputs, refs):
         for row in (case[1] == eos_id).any(dim=1).nonzero()[:, 0].tolist():
             if bool((out[row, T:] == eos_id).all()) and not bool((ref[row, T:] == eos_id).all()):
                 return f"wrong output. Hint: {SAMPLE_EOS_PROMPT}"
+    wrong = [i for i, (out, ref) in enumerate(zip(outputs, refs))
+             if out.shape != ref.shape or not torch.equal(out, ref)]
+    if wrong and all(len(cases[i]) > 5 and cases[i][5] == 0 for i in wrong):
+        return f"wrong output. Hint: {SAMPLE_EOS_ZERO}"
     for case, out, ref in zip(cases, outputs, refs):      # the first case that differs: its shape, else the generic
         if out.shape != ref.shape:
             return f"{_shape_message(EXERCISES['sample_tokens'], case, out, ref)}."
@@ -873,7 +883,9 @@ register(Exercise(
     name="sample_tokens", number="5.6", function="sample_tokens", chapter=CHAPTER,
     args=("model", "idx", "max_new_tokens", "temperature", "generator", "eos_id"),
     library_answers=("tinyformer.sampling.generate", "tinyformer.sampling.sample_next",
-                     "tinyformer.sampling.next_token_distribution", "tinyformer.sampling.greedy"),
+                     "tinyformer.sampling.next_token_distribution", "tinyformer.sampling.greedy",
+                     "tinyformer.sampling._generate_uncached", "tinyformer.sampling._generate_cached",
+                     "tinyformer.sampling._draw", "tinyformer.sampling._stop"),
     make_cases=_sampling_cases, reference=sample_tokens_reference,
     returns="the int64 token ids, the prompt followed by the new tokens, shape (B, T + max_new_tokens) or fewer "
             "columns when every row has finished (the tokens only, without the finished mask)",
@@ -905,7 +917,8 @@ register(Exercise(
          "eos_id may be None (its default: no end-of-text token, the plain loop), and a tensor cannot be filled "
          "with None: do the end-of-text steps only when eos_id is not None."),
     ],
-    diagnose=safe_diagnosis(_diagnose_sampling), diagnose_hints=(SAMPLE_PROMPT, SAMPLE_GENERATOR, SAMPLE_EOS_PROMPT),
+    diagnose=safe_diagnosis(_diagnose_sampling),
+    diagnose_hints=(SAMPLE_PROMPT, SAMPLE_GENERATOR, SAMPLE_EOS_PROMPT, SAMPLE_EOS_ZERO),
     generic_hint=SAMPLE_GENERIC,
 ))
 
