@@ -362,7 +362,40 @@ def nucleus_temperature_squared(logits, top_p, temperature=1.0):
     return torch.softmax((logits / temperature ** 2).masked_fill(~keep, -math.inf), dim=-1)
 
 
+def nucleus_softmax_again(logits, top_p, temperature=1.0):
+    """Zeroes the tokens outside the nucleus, then 'renormalises' with a second softmax."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    mask = torch.zeros_like(keep).scatter(-1, order, keep)
+    return torch.softmax(probs * mask, dim=-1)
+
+
+def nucleus_temperature_on_probs(logits, top_p, temperature=1.0):
+    """Divides the probabilities, not the logits, by the temperature."""
+    probs = torch.softmax(logits, dim=-1) / temperature
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    mask = torch.zeros_like(keep).scatter(-1, order, keep)
+    kept = probs * mask
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def nucleus_strict_first_forced(logits, top_p, temperature=1.0):
+    """Keeps a token while the cumulative sum is < top_p, and forces the top token in."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = sorted_probs.cumsum(-1) < top_p
+    keep[..., 0] = True
+    mask = torch.zeros_like(keep).scatter(-1, order, keep)
+    kept = probs * mask
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
 NUCLEUS_WRONG = [
+    (nucleus_softmax_again, "you took a softmax of the kept probabilities"),
+    (nucleus_temperature_on_probs, "you divided the probabilities by temperature, not the logits"),
+    (nucleus_strict_first_forced, "yours stops one token early (cumulative < top_p)"),
     (learner_nucleus(rule="shift>p"), "a total that reaches top_p exactly stops there (cumulative >= top_p)"),
     (learner_nucleus(rule="cum<=p"), "Yours even kept no token at all when the top token's probability exceeds"),
     (learner_nucleus(rule="cum<=p+top"), "yours keeps only those whose cumulative sum is <= top_p"),

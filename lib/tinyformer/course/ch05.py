@@ -182,8 +182,8 @@ def _nucleus(*, keep="before<p", order="descending", cumulate="probs", temperatu
     """
     def wrong(logits, top_p, temperature_=1.0):
         t = temperature_
-        t_nucleus = {"first": t, "after": 1.0, "ignored": 1.0, "multiplied": 1.0 / t}[temperature]
-        t_final = {"first": t, "after": t, "ignored": 1.0, "multiplied": 1.0 / t}[temperature]
+        t_nucleus = {"first": t, "after": 1.0, "ignored": 1.0, "multiplied": 1.0 / t, "probs": 1.0}[temperature]
+        t_final = {"first": t, "after": t, "ignored": 1.0, "multiplied": 1.0 / t, "probs": 1.0}[temperature]
         z = logits / t_nucleus                                                  # (..., V)
         probs = z.softmax(dim=dim)
         if cumulate == "vocab":
@@ -192,10 +192,13 @@ def _nucleus(*, keep="before<p", order="descending", cumulate="probs", temperatu
         else:
             ranked, idx = probs.sort(dim=-1, descending=order == "descending", stable=True)
         values = z.gather(-1, idx) if cumulate == "logits" else ranked
+        if temperature == "probs":                          # the probabilities divided by temperature
+            values = values / t
         cum = values.cumsum(dim=-1)
         before = F.pad(cum[..., :-1], (1, 0))
         kept = {"before<p": before < top_p, "before<=p": before <= top_p, "cum<=p": cum <= top_p,
-                "cum<=p,top": (cum <= top_p) | (torch.arange(cum.shape[-1]) == 0)}[keep]   # (..., V) ranked
+                "cum<=p,top": (cum <= top_p) | (torch.arange(cum.shape[-1]) == 0),
+                "cum<p,top": (cum < top_p) | (torch.arange(cum.shape[-1]) == 0)}[keep]   # (..., V) ranked
         base = logits / t_final                                                 # (..., V)
         if back == "none":                                                      # all in sorted order
             mask, base = kept, base.gather(-1, idx)
@@ -205,6 +208,8 @@ def _nucleus(*, keep="before<p", order="descending", cumulate="probs", temperatu
             mask = kept.scatter(-1, idx, kept)                                  # (..., V) vocabulary order
         if output == "mask":
             return mask.to(logits.dtype)
+        if renormalise == "softmax":                        # a softmax of the zeroed probabilities
+            return (base.softmax(dim=dim) * mask).softmax(dim=dim)
         if renormalise:
             return base.masked_fill(~mask, float("-inf")).softmax(dim=dim)
         return base.softmax(dim=dim) * mask
@@ -259,6 +264,17 @@ NUCLEUS_MISTAKES = [
                               "logits)."),
     (_nucleus(dim=0), "a softmax over dim=0 normalises across the rows of the batch: the vocabulary is the LAST "
                       "axis, so use dim=-1 (logits may be (V,), (B, V) or (B, T, V))."),
+    (_nucleus(renormalise="softmax"),
+     "you took a softmax of the kept probabilities: the zeros outside the nucleus become e^0, not 0, and the "
+     "kept ones are squashed together. Renormalise by dividing by their sum instead."),
+    (_nucleus(temperature="probs"),
+     "you divided the probabilities by temperature, not the logits: that changes their sum, so the nucleus is "
+     "cut at another total, and it does not sharpen or flatten anything. Divide the LOGITS by temperature "
+     "before the softmax."),
+    (_nucleus(keep="cum<p,top"),
+     "the token whose cumulative sum reaches or crosses top_p belongs to the nucleus: yours stops one token "
+     "early (cumulative < top_p), keeping the top token only because you forced it. Keep a token while the mass "
+     "in front of it is < top_p."),
 ]
 
 
