@@ -507,7 +507,16 @@ def params_weights_only(vocab_size, block_size, n_layer, d_model, tie_weights=Tr
     return 12 * n_layer * d_model ** 2 + (vocab_size + block_size) * d_model + head
 
 
+def params_without_b2(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    """Every part counted, but the FFN's second bias forgotten."""
+    d = d_model
+    block = 4 * (d * d + d) + (d * 4 * d + 4 * d) + 4 * d * d + 2 * 2 * d
+    total = vocab_size * d + block_size * d + n_layer * block + 2 * d
+    return total + (0 if tie_weights else vocab_size * d)
+
+
 PARAMS_WRONG = [
+    (params_without_b2, "each block is d_model short: one bias vector of width d_model is missing"),
     (params_kaplan, "12·n_layer·d_model² is Kaplan et al.'s estimate"),
     (learner_count(positions=False), "the position embeddings are missing"),
     (learner_count(tokens=False), "the token embedding is missing"),

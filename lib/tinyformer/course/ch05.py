@@ -376,15 +376,16 @@ def _params_cases(g):
 
 def _gpt_count(V, T, L, d, tied=True, *, tokens=True, positions=True, head="right", head_bias=False,
                biases=True, attention_biases=True, b_1=4, norms=True, block_norms=2, final_norm=True, norm_size=2,
-               w_o=True, d_ff=4, blocks="all"):
+               w_o=True, d_ff=4, blocks="all", short_bias=0):
     """The GPT's count with the slips named by the keywords; the defaults are right. positions: True, False or
     "plus1" (block_size + 1 rows); head: "right", "always", "never" or "inverted" (counted when tied only);
-    b_1: the FFN's first bias in units of d_model; block_norms: layer norms per block."""
+    b_1: the FFN's first bias in units of d_model; block_norms: layer norms per block; short_bias: bias vectors
+    of width d_model left out of each block."""
     f = d_ff * d
     attention = (4 if w_o else 3) * (d * d + (d if biases and attention_biases else 0))
     ffn = 2 * d * f + ((b_1 * d * d_ff // 4 + d) if biases else 0)
     lns = block_norms * norm_size * d if norms else 0
-    block = attention + ffn + lns
+    block = attention + ffn + lns - short_bias * d
     n_blocks = L if blocks == "all" else 1
     total = n_blocks * block + (norm_size * d if norms and final_norm else 0)
     total += (V * d if tokens else 0) + ({True: T, False: 0, "plus1": T + 1}[positions] * d)
@@ -444,6 +445,8 @@ GPT_SLIPS = [
     (dict(head="inverted"), "the tie is the other way round: tied (tie_weights=True), the head reuses the token "
                             "embedding and adds nothing; untied, it adds its own d_model × vocab_size matrix. You "
                             "counted the head when tied and left it out when untied.", {"head"}),
+    (dict(short_bias=1), "each block is d_model short: one bias vector of width d_model is missing, W_O's (each of "
+                         "the four attention projections has one) or b_2, the FFN's second bias.", {"biases"}),
     (dict(positions="plus1"), "the position table has block_size rows, one for each position 0 to block_size - 1: "
                               "you counted block_size + 1.", {"positions"}),
 ]
