@@ -165,12 +165,15 @@ def _draw(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
     return torch.multinomial(probs, 1, generator=generator)   # (B, 1)
 
 
+def _model_size(model: nn.Module, name: str):
+    """``model.config.<name>``, else ``model.<name>``, else None."""
+    value = getattr(getattr(model, "config", None), name, None)
+    return getattr(model, name, None) if value is None else value
+
+
 def context_length(model: nn.Module) -> int | None:
     """``model.config.block_size``, else ``model.block_size``, else None."""
-    config = getattr(model, "config", None)
-    block_size = getattr(config, "block_size", None)
-    if block_size is None:
-        block_size = getattr(model, "block_size", None)
+    block_size = _model_size(model, "block_size")
     if block_size is None:
         return None
     return check_int("block_size", block_size)
@@ -245,8 +248,7 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int,
     _check_sampling(temperature, top_k, top_p)
     if eos_id is not None:
         eos_id = check_int("eos_id", eos_id, minimum=0)
-        V = getattr(getattr(model, "config", None), "vocab_size", None)
-        V = getattr(model, "vocab_size", None) if V is None else V
+        V = _model_size(model, "vocab_size")
         if V is not None and eos_id >= V:
             raise ValueError(f"eos_id must be a token id below vocab_size={V}, "
                              f"got {eos_id}")
@@ -299,11 +301,13 @@ def decoding_settings(model, idx, cached: bool):
 
 def _stop(idx_next, finished, eos_id):
     """Rows that finished earlier keep writing ``eos_id``; returns the next
-    tokens ``(B, 1)`` and the rows finished after this step ``(B, 1)``."""
+    tokens ``(B, 1)``, the rows finished after this step ``(B, 1)`` and
+    whether every row has (always False without an ``eos_id``)."""
     if eos_id is None:
-        return idx_next, finished
+        return idx_next, finished, False
     idx_next = idx_next.masked_fill(finished, eos_id)
-    return idx_next, finished | (idx_next == eos_id)
+    finished = finished | (idx_next == eos_id)
+    return idx_next, finished, bool(finished.all())
 
 
 def _generate_uncached(model, idx, max_new_tokens, block_size, sampling):
@@ -314,9 +318,9 @@ def _generate_uncached(model, idx, max_new_tokens, block_size, sampling):
         context = idx if block_size is None else idx[:, -block_size:]
         logits = _last_logits(model, context)                     # (B, V)
         idx_next = _draw(logits, *draw).to(idx.dtype)             # (B, 1)
-        idx_next, finished = _stop(idx_next, finished, eos_id)
+        idx_next, finished, done = _stop(idx_next, finished, eos_id)
         idx = torch.cat((idx, idx_next), dim=1)
-        if eos_id is not None and bool(finished.all()):
+        if done:
             break
     return idx                                  # (B, T + max_new_tokens)
 
@@ -334,10 +338,9 @@ def _generate_cached(model, idx, max_new_tokens, block_size, sampling):
     step_logits = getattr(model, "logits", model)
     for step in range(max_new_tokens):
         idx_next = _draw(logits, *draw).to(idx.dtype)             # (B, 1)
-        idx_next, finished = _stop(idx_next, finished, eos_id)
+        idx_next, finished, done = _stop(idx_next, finished, eos_id)
         tokens.append(idx_next)
-        if step == max_new_tokens - 1 or (eos_id is not None
-                                          and bool(finished.all())):
+        if done or step == max_new_tokens - 1:
             break
         if cache.length < block_size:           # one new position: cheap
             logits = step_logits(idx_next, cache=cache)[:, -1]     # (B, V)
