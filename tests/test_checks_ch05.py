@@ -7,12 +7,14 @@ those this chapter runs.
 The solutions and wrong answers below are written independently of ``tinyformer.course.ch05``: the
 nucleus with NumPy and Python loops (sorted(), math.exp), Hugging Face's ascending-sort filter, and
 torch in float32 where a learner's code would be; the parameter count by arithmetic; the decoding
-loop into a preallocated output, and as learners write it with torch.cat. The references are
-checked against a brute-force nucleus (Python floats, sorted by hand), against the sizes of the
-parameters of GPT(config) itself, GPT-2 small built on the meta device, and (5.6) against a loop
-written here, with a count of its torch.multinomial calls: one per step, on the (B, V) float32
-probabilities, with the generator it was given. The chapter notebook (book/05-gpt.ipynb) is
-optional here: the tests that read it are skipped while it does not exist.
+loop with eos_id into a preallocated output, and as learners write it with torch.cat (a finished
+mask kept with masked_fill or torch.where, nanoGPT's top-k, the classic top-p); the cycle's weights
+from angles, with other scales and geometries. The references are checked against a brute-force
+nucleus (Python floats, sorted by hand), against the sizes of the parameters of GPT(config) itself,
+GPT-2 small built on the meta device, and (5.6) against a loop written here, row by row in Python,
+with a count of its torch.multinomial calls: one per step, on the (B, V) float32 probabilities, with
+the generator it was given. The chapter notebook (book/05-gpt.ipynb) is optional here: the tests
+that read it are skipped while it does not exist.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from tinyformer.model import GPT, GPTConfig
 
 from conftest import BOOK, define
 
-CHAPTER = ["nucleus_probs", "gpt_params", "sample_tokens"]
+CHAPTER = ["nucleus_probs", "gpt_params", "sample_tokens", "cycle_weights"]
 DRILLS: list[str] = []
 ALL = CHAPTER + DRILLS
 NOTEBOOK = BOOK / "05-gpt.ipynb"
@@ -92,21 +94,50 @@ import torch.nn.functional as F
 
 
 def sample_tokens(model, idx, max_new_tokens, temperature=1.0,
-                  generator=None):
-    """The prompt idx (B, T) followed by max_new_tokens tokens, each drawn
-    from the model's next-token distribution given the tokens before."""
+                  generator=None, eos_id=None):
+    """The prompt idx (B, T) followed by up to max_new_tokens tokens, each
+    drawn from the model's next-token distribution given the tokens
+    before; a row that has generated eos_id repeats it, and decoding stops
+    once every row has."""
     # BEGIN SOLUTION
     B, T = idx.shape
     window = model.config.block_size
     out = torch.empty(B, T + max_new_tokens, dtype=idx.dtype)
     out[:, :T] = idx
+    done = torch.zeros(B, 1, dtype=torch.bool)    # has the row ended?
     with torch.no_grad():
         for t in range(T, T + max_new_tokens):
             context = out[:, max(0, t - window):t]    # the newest tokens
             last = model(context)[:, -1]              # (B, V)
             probs = F.softmax(last / temperature, dim=-1)
-            out[:, t:t + 1] = torch.multinomial(probs, 1, generator=generator)
+            new = torch.multinomial(probs, 1, generator=generator)
+            if eos_id is not None:
+                new = torch.where(done, eos_id, new)  # ended rows: eos
+                done = done | (new == eos_id)
+            out[:, t:t + 1] = new
+            if eos_id is not None and bool(done.all()):
+                return out[:, :t + 1]                 # every row ended
     return out
+    # END SOLUTION
+''',
+    "cycle_weights": '''\
+import math
+
+import torch
+
+
+def cycle_weights(n):
+    """E (n, 2) and W_U (2, n), float64, such that a model whose logits
+    after token a are E[a] @ W_U predicts (a + 1) % n with p >= 0.9."""
+    # BEGIN SOLUTION
+    step = 2 * math.pi / n
+    angle = torch.arange(n, dtype=torch.float64) * step   # token a's
+    E = torch.stack([angle.cos(), angle.sin()], dim=1)    # (n, 2)
+    behind = angle - step                   # column b points at E[b - 1]
+    W_U = torch.stack([behind.cos(), behind.sin()])       # (2, n)
+    # the logit of b after a is s * cos(angle[a] - angle[b] + step):
+    # s for b = a + 1, s * cos(step) for its neighbours, less for others
+    return E, 10 * n * W_U
     # END SOLUTION
 ''',
 }
@@ -316,14 +347,56 @@ def nucleus_above_threshold(logits, top_p, temperature=1.0):
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
+def nucleus_sum_without_keepdim(logits, top_p, temperature=1.0):
+    """Renormalises by kept.sum(-1): (B, V) / (B,) does not broadcast."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+    kept = probs * keep_sorted.scatter(-1, order, keep_sorted)
+    return kept / kept.sum(-1)
+
+
 def nucleus_temperature_squared(logits, top_p, temperature=1.0):
     """The right nucleus, its probabilities at temperature² (the logits divided twice)."""
     keep = learner_nucleus()(logits, top_p, temperature) > 0
     return torch.softmax((logits / temperature ** 2).masked_fill(~keep, -math.inf), dim=-1)
 
 
+def nucleus_softmax_again(logits, top_p, temperature=1.0):
+    """Zeroes the tokens outside the nucleus, then 'renormalises' with a second softmax."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    mask = torch.zeros_like(keep).scatter(-1, order, keep)
+    return torch.softmax(probs * mask, dim=-1)
+
+
+def nucleus_temperature_on_probs(logits, top_p, temperature=1.0):
+    """Divides the probabilities, not the logits, by the temperature."""
+    probs = torch.softmax(logits, dim=-1) / temperature
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    mask = torch.zeros_like(keep).scatter(-1, order, keep)
+    kept = probs * mask
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def nucleus_strict_first_forced(logits, top_p, temperature=1.0):
+    """Keeps a token while the cumulative sum is < top_p, and forces the top token in."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = sorted_probs.cumsum(-1) < top_p
+    keep[..., 0] = True
+    mask = torch.zeros_like(keep).scatter(-1, order, keep)
+    kept = probs * mask
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
 NUCLEUS_WRONG = [
-    (learner_nucleus(rule="shift>p"), "a nucleus that reaches p exactly stops there: cumulative >= p"),
+    (nucleus_softmax_again, "you took a softmax of the kept probabilities"),
+    (nucleus_temperature_on_probs, "you divided the probabilities by temperature, not the logits"),
+    (nucleus_strict_first_forced, "yours stops one token early (cumulative < top_p)"),
+    (learner_nucleus(rule="shift>p"), "a total that reaches top_p exactly stops there (cumulative >= top_p)"),
     (learner_nucleus(rule="cum<=p"), "Yours even kept no token at all when the top token's probability exceeds"),
     (learner_nucleus(rule="cum<=p+top"), "yours keeps only those whose cumulative sum is <= top_p"),
     (learner_nucleus(rule="cum<p"), "some rows came out NaN: the nucleus was empty"),
@@ -354,6 +427,7 @@ NUCLEUS_WRONG = [
     (nucleus_two_sizes, "do not unpack logits.shape into two sizes"),
     (nucleus_dim_1, "logits may be 1-D, of shape (V,), where dim=1 does not exist"),
     (nucleus_cumsum_without_dim, "torch.cumsum needs the axis to add along"),
+    (nucleus_sum_without_keepdim, "keep the axis, kept.sum(dim=-1, keepdim=True)"),
     (nucleus_above_threshold, "for logits of shape (2, 5), top_p = 0.7, temperature = 1 (row 1 of 2) you kept 1 "
                               "token; the nucleus holds 3. Hint: divide the logits by temperature"),
     (nucleus_temperature_squared, "wrong values. Hint: divide the logits by temperature, take the softmax"),
@@ -371,31 +445,41 @@ NUCLEUS_WRONG = [
 
 
 def learner_count(*, positions=True, tokens=True, head="untied", head_bias=False, linear_biases=True,
-                  norm_biases=True, block_norms=2, final_norm=True, w_o=True, hidden=4, blocks="n_layer",
-                  as_float=False):
+                  attention_biases=True, b_1="4d", norm_biases=True, block_norms=2, final_norm=True, w_o=True,
+                  hidden=4, blocks="n_layer", as_float=False):
     """A learner's count, one parameter tensor at a time, with the slip chosen by the keywords.
 
-    head: "untied" (right: its own matrix only when untied), "always", "never". head_bias: False
+    positions: True (right), False or "plus1" (block_size + 1 rows). head: "untied" (right: its own matrix
+    only when untied), "always", "never", "tied" (the tie read the wrong way round). head_bias: False
     (right), True (a head bias of vocab_size numbers always) or "untied" (only with its own matrix).
+    attention_biases: False leaves out the biases of W_Q, W_K, W_V, W_O. b_1: "4d" (right) or "d".
     """
     def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
         d, f = d_model, hidden * d_model
         shapes = []
         projections = 4 if w_o else 3
-        shapes += [(d, d)] * projections + ([(d,)] * projections if linear_biases else [])
-        shapes += [(d, f), (f, d)] + ([(f,), (d,)] if linear_biases else [])
+        shapes += [(d, d)] * projections + ([(d,)] * projections if linear_biases and attention_biases else [])
+        shapes += [(d, f), (f, d)] + ([(f if b_1 == "4d" else d,), (d,)] if linear_biases else [])
         shapes += [(d,), (d,)] * block_norms if norm_biases else [(d,)] * block_norms
         per_block = sum(math.prod(s) for s in shapes)
         total = per_block * (n_layer if blocks == "n_layer" else 1)
         if final_norm:
             total += 2 * d if norm_biases else d
         total += vocab_size * d if tokens else 0
-        total += block_size * d if positions else 0
-        if head == "always" or (head == "untied" and not tie_weights):
+        total += {True: block_size, False: 0, "plus1": block_size + 1}[positions] * d
+        if head == "always" or (head == "untied" and not tie_weights) or (head == "tied" and tie_weights):
             total += d * vocab_size
         total += vocab_size if head_bias is True or (head_bias == "untied" and not tie_weights) else 0
         return total / 1 if as_float else total
     return gpt_params
+
+
+def params_qkv_unbiased(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    """W_Q, W_K, W_V without biases, W_O with its bias: 3·d_model short per block, as b_1 counted as d_model."""
+    d = d_model
+    block = 4 * d * d + d + (8 * d * d + 5 * d) + 4 * d
+    head = 0 if tie_weights else vocab_size * d
+    return (vocab_size + block_size) * d + n_layer * block + 2 * d + head
 
 
 def params_numpy(vocab_size, block_size, n_layer, d_model, tie_weights=True):
@@ -423,7 +507,16 @@ def params_weights_only(vocab_size, block_size, n_layer, d_model, tie_weights=Tr
     return 12 * n_layer * d_model ** 2 + (vocab_size + block_size) * d_model + head
 
 
+def params_without_b2(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    """Every part counted, but the FFN's second bias forgotten."""
+    d = d_model
+    block = 4 * (d * d + d) + (d * 4 * d + 4 * d) + 4 * d * d + 2 * 2 * d
+    total = vocab_size * d + block_size * d + n_layer * block + 2 * d
+    return total + (0 if tie_weights else vocab_size * d)
+
+
 PARAMS_WRONG = [
+    (params_without_b2, "each block is d_model short: one bias vector of width d_model is missing"),
     (params_kaplan, "12·n_layer·d_model² is Kaplan et al.'s estimate"),
     (learner_count(positions=False), "the position embeddings are missing"),
     (learner_count(tokens=False), "the token embedding is missing"),
@@ -438,6 +531,15 @@ PARAMS_WRONG = [
     (learner_count(w_o=False), "the output projection W_O (d_model², and its bias) is missing"),
     (learner_count(hidden=1), "the feed-forward network's hidden width is d_ff = 4·d_model"),
     (learner_count(blocks="one"), "you counted one block: the GPT stacks n_layer of them"),
+    (learner_count(b_1="d"), "each block is 3·d_model short: b_1, the FFN's first bias, has 4·d_model numbers"),
+    (params_qkv_unbiased, "each block is 3·d_model short: b_1, the FFN's first bias, has 4·d_model numbers"),
+    (learner_count(attention_biases=False), "the four attention projections have biases too"),
+    (learner_count(block_norms=1), "each block has TWO layer norms"),
+    (learner_count(head="tied"), "the tie is the other way round"),
+    (learner_count(positions="plus1"), "you counted block_size + 1"),
+    (learner_count(norm_biases=False, b_1="d"),
+     "wrong count: two slips. Hint: each layer norm has a gain AND a bias, 2·d_model numbers: you counted d_model "
+     "per norm. And each block is 3·d_model short"),
     (learner_count(as_float=True), "the count is right but it is a float: return an int"),
     (lambda *a: float(params_kaplan(*a)), "12·n_layer·d_model² is Kaplan et al.'s estimate"),
     (learner_count(positions=False, final_norm=False),
@@ -465,25 +567,45 @@ PARAMS_WRONG = [
 
 def learner_sampler(*, crop="last", logits_at=-1, keepdim=False, temperature_op="divide", normalise="softmax",
                     softmax_dim=-1, pick="multinomial", use_generator=True, squeeze=False, as_float=False,
-                    cat_dim=1, prepend=False, returned="all", block_size_from="config", steps="all"):
+                    cat_dim=1, prepend=False, returned="all", block_size_from="config", steps="all", extra=None,
+                    eos="mask", stop="all"):
     """A learner's decoding loop with torch.cat, the slip chosen by the keywords.
 
-    crop: "last" (right), "none", "first" (the first block_size tokens), "token" (the last token alone).
-    logits_at: the position read. keepdim: read logits[:, -1:] (B, 1, V). temperature_op: "divide"
-    (right), "multiply", "ignore", "divide-probs" (the probabilities divided after the softmax).
-    normalise: "softmax" (right), "none" (the logits themselves), "log" (log_softmax), "float64" (the
+    crop: "last" (right), "none", "first" (the first block_size tokens), "token" (the last token alone),
+    "minus-one" (the last block_size - 1). logits_at: the position read. keepdim: read logits[:, -1:] (B, 1, V).
+    temperature_op: "divide" (right), "multiply", "ignore", "divide-probs" (the probabilities divided after the
+    softmax). normalise: "softmax" (right), "none" (the logits themselves), "log" (log_softmax), "float64" (the
     softmax in float64: right). pick: "multinomial" (right), "argmax", "per-row" (one multinomial per row:
-    right). use_generator: False draws from the global generator. squeeze: the new tokens as (B,).
-    as_float: the new tokens appended as floats. cat_dim: the axis appended along. prepend: the new tokens
-    put in front. returned: "all" (right) or "new". block_size_from: "config" (right) or "model"
-    (model.block_size). steps: "all" (right) or "one-less".
+    right). use_generator: False draws from the global generator. squeeze: the new tokens as (B,). as_float:
+    the new tokens appended as floats. cat_dim: the axis appended along. prepend: the new tokens put in front.
+    returned: "all" (right), "new", "with-mask" (the tokens and the finished mask) or "mask". block_size_from:
+    "config" (right) or "model" (model.block_size). steps: "all" (right) or "one-less". extra: None (right),
+    "top-k" (nanoGPT's top-k 50), "top-p" (the classic 'cumulative > 0.99, shifted right'), "min-p" (0.01).
+    eos: "mask" (right: masked_fill), "where" (right: torch.where), "ignore", "keep-sampling" (the finished
+    rows go on sampling; the loop stops once every row has drawn eos_id), "active-only" (a draw for the running
+    rows only), "prompt" (a row whose prompt holds eos_id starts finished), "prompt-each-step" (finished
+    recomputed from the whole sequence every step), "last-column" (finished = the last column is eos_id),
+    "unguarded" (no `eos_id is not None` test), "flat" (the mask of shape (B,), not (B, 1)), "flat-inplace" (the
+    same, updated with |=). stop: "all" (right), "never", "any".
     """
-    def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+    def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
         block_size = model.config.block_size if block_size_from == "config" else model.block_size
         prompt_len = idx.shape[1]
+        uses_eos = eos_id is not None or eos == "unguarded"
+        finished = torch.zeros(idx.shape[0], 1, dtype=torch.bool)
+        if eos in ("flat", "flat-inplace"):
+            finished = torch.zeros(idx.shape[0], dtype=torch.bool)                  # (B,), not (B, 1)
+        if eos_id is not None and eos == "prompt":
+            finished = (idx == eos_id).any(dim=1, keepdim=True)
         for _ in range(max_new_tokens if steps == "all" else max_new_tokens - 1):
+            if eos_id is not None and eos == "prompt-each-step":
+                finished = (idx == eos_id).any(dim=1, keepdim=True)
+            elif eos_id is not None and eos == "last-column":
+                finished = idx[:, -1:] == eos_id
             if crop == "last":
                 context = idx[:, -block_size:]
+            elif crop == "minus-one":
+                context = idx[:, -block_size + 1:]
             elif crop == "first":
                 context = idx[:, :block_size]
             elif crop == "token":
@@ -496,6 +618,20 @@ def learner_sampler(*, crop="last", logits_at=-1, keepdim=False, temperature_op=
                 logits = logits / temperature
             elif temperature_op == "multiply":
                 logits = logits * temperature
+            if extra == "top-k":
+                v, _ = torch.topk(logits, min(50, logits.size(-1)))
+                logits = logits.clone()
+                logits[logits < v[:, [-1]]] = -float("Inf")
+            elif extra == "top-p":
+                sorted_logits, sorted_indices = torch.sort(logits, descending=True)
+                cumulative = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+                remove = cumulative > 0.99
+                remove[..., 1:] = remove[..., :-1].clone()
+                remove[..., 0] = False
+                logits = logits.masked_fill(remove.scatter(1, sorted_indices, remove), -float("inf"))
+            elif extra == "min-p":
+                p = F.softmax(logits, dim=-1)
+                logits = logits.masked_fill(p < 0.01 * p.max(dim=-1, keepdim=True).values, -float("inf"))
             if normalise == "softmax":
                 probs = F.softmax(logits, dim=softmax_dim)
             elif normalise == "float64":
@@ -511,19 +647,48 @@ def learner_sampler(*, crop="last", logits_at=-1, keepdim=False, temperature_op=
                 next_id = probs.argmax(dim=-1, keepdim=True)
             elif pick == "per-row":
                 next_id = torch.stack([torch.multinomial(row, 1, generator=gen) for row in probs])
+            elif eos == "active-only" and eos_id is not None:
+                active = ~finished[:, 0]
+                next_id = torch.full((idx.shape[0], 1), eos_id)
+                next_id[active] = torch.multinomial(probs[active], num_samples=1, generator=gen)
             else:
                 next_id = torch.multinomial(probs, num_samples=1, generator=gen)
+            if uses_eos and eos != "ignore":
+                if eos == "where":
+                    next_id = torch.where(finished, eos_id, next_id)
+                elif eos != "keep-sampling":
+                    next_id = next_id.masked_fill(finished, eos_id)
+                if eos == "flat-inplace":
+                    finished |= next_id == eos_id
+                else:
+                    finished = finished | (next_id == eos_id)
             if squeeze:
                 next_id = next_id.squeeze(-1)
             if as_float:
                 next_id = next_id.float()
             idx = torch.cat((next_id, idx) if prepend else (idx, next_id), dim=cat_dim)
+            if uses_eos and eos != "ignore" and ((stop == "all" and finished.all()) or
+                                                 (stop == "any" and finished.any())):
+                break
+        if returned == "mask":
+            return finished
+        if returned == "with-mask":
+            return idx, finished
         return idx if returned == "all" else idx[:, prompt_len:]
     return sample_tokens
 
 
-def sample_into_float_buffer(model, idx, max_new_tokens, temperature=1.0, generator=None):
-    """Right tokens, written into a float32 buffer (torch.zeros' default dtype) and returned so."""
+def sample_without_eos(model, idx, max_new_tokens, temperature=1.0, generator=None):
+    """The chapter's plain loop, with the old signature (no eos_id)."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -model.config.block_size:])[:, -1, :]
+        probs = torch.softmax(logits / temperature, dim=-1)
+        idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
+    return idx
+
+
+def sample_into_float_buffer(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
+    """Right tokens (eos_id ignored), written into a float32 buffer (torch.zeros' default dtype) and returned so."""
     B, T = idx.shape
     out = torch.zeros(B, T + max_new_tokens)
     out[:, :T] = idx
@@ -533,35 +698,58 @@ def sample_into_float_buffer(model, idx, max_new_tokens, temperature=1.0, genera
     return out
 
 
-def sample_own_generator(model, idx, max_new_tokens, temperature=1.0, generator=None):
+def sample_own_generator(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
     """Reproducible, but from a generator of its own: valid tokens, not the seeded ones."""
     own = torch.Generator().manual_seed(1234)
-    return learner_sampler()(model, idx, max_new_tokens, temperature, own)
+    return learner_sampler()(model, idx, max_new_tokens, temperature, own, eos_id)
 
 
-def sample_softmax_everywhere(model, idx, max_new_tokens, temperature=1.0, generator=None):
-    """The softmax over every position of (B, T, V), then the last row read (right)."""
+def sample_softmax_everywhere(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
+    """The softmax over every position of (B, T, V), then the last row read; the ended rows tracked as a list of
+    bools and overwritten row by row (right)."""
+    ended = [False] * idx.shape[0]
     with torch.no_grad():
         for _ in range(max_new_tokens):
             probs = torch.softmax(model(idx[:, -model.config.block_size:]) / temperature, dim=-1)[:, -1, :]
-            idx = torch.cat([idx, probs.multinomial(1, generator=generator)], dim=-1)
+            new = probs.multinomial(1, generator=generator)
+            if eos_id is not None:
+                for b in range(len(ended)):
+                    if ended[b]:
+                        new[b, 0] = eos_id
+                    ended[b] = ended[b] or int(new[b, 0]) == eos_id
+            idx = torch.cat([idx, new], dim=-1)
+            if eos_id is not None and all(ended):
+                break
     return idx
 
 
-def sample_unnormalised(model, idx, max_new_tokens, temperature=1.0, generator=None):
-    """exp(logits / T) as torch.multinomial's weights, never normalised (right: it normalises them)."""
+def sample_unnormalised(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
+    """exp(logits / T) as torch.multinomial's weights, never normalised (right: it normalises them); the
+    finished rows found afterwards, from the first eos_id of each row (right too)."""
     model.eval()
+    T = idx.shape[1]
     for _ in range(max_new_tokens):
         z = model(idx[:, -model.config.block_size:])[:, -1, :] / temperature
         weights = torch.exp(z - z.max(dim=-1, keepdim=True).values)
-        idx = torch.cat((idx, torch.multinomial(weights, 1, replacement=True, generator=generator)), dim=1)
+        new = torch.multinomial(weights, 1, replacement=True, generator=generator)
+        if eos_id is not None:
+            seen = (idx[:, T:] == eos_id).any(dim=1, keepdim=True)       # generated before: finished
+            new[seen] = eos_id
+        idx = torch.cat((idx, new), dim=1)
+        if eos_id is not None and (idx[:, T:] == eos_id).any(dim=1).all():
+            break
     return idx
 
+
+SAMPLE_TUPLE = ("returned a tuple of 2 items; return only the int64 token ids, the prompt followed by the new tokens, "
+                "shape (B, T + max_new_tokens) or fewer columns when every row has finished (the tokens only, without "
+                "the finished mask).")
 
 SAMPLE_WRONG = [
     (learner_sampler(crop="none"), "crop the context to the LAST block_size tokens before each call"),
     (learner_sampler(crop="first"), "you cropped to the FIRST block_size tokens"),
     (learner_sampler(crop="token"), "you fed the model the last token alone"),
+    (learner_sampler(crop="minus-one"), "you cropped the context to block_size - 1 tokens"),
     (learner_sampler(logits_at=0), "you read the logits of the FIRST position"),
     (learner_sampler(keepdim=True), "torch.multinomial takes the (B, V) probabilities of the last position"),
     (learner_sampler(normalise="none"), "torch.multinomial draws from probabilities (weights >= 0)"),
@@ -580,18 +768,119 @@ SAMPLE_WRONG = [
     (learner_sampler(block_size_from="model"), "the context length is in the model's configuration"),
     (learner_sampler(steps="one-less"), "output shape (3, 10), expected (3, 11) for model = a GPT, idx of shape "
                                         "(3, 5), max_new_tokens = 6, temperature = 1.0, generator = a "
-                                        "torch.Generator."),
+                                        "torch.Generator, eos_id = None."),
     (sample_into_float_buffer, "returned dtype torch.float32; expected torch.int64, the dtype of the inputs"),
     (sample_own_generator, "wrong values. Hint: each step: crop the context to the last block_size tokens"),
-    (lambda model, idx, *a: (learner_sampler()(model, idx, *a), idx),
-     "return only the (B, T + max_new_tokens) int64 token ids"),
+    (lambda model, idx, *a: (learner_sampler()(model, idx, *a), idx), SAMPLE_TUPLE),
     (lambda *a: None, "did you forget the `return` line?"),
+    # the filters a learner adds out of habit
+    (learner_sampler(extra="top-k"), "you kept only the 50 likeliest tokens (top-k)"),
+    (learner_sampler(extra="top-p"), "you cut the distribution to a nucleus (top-p)"),
+    (learner_sampler(extra="min-p"), "you dropped the tokens below a fraction of the most likely one (min-p)"),
+    # eos_id
+    (sample_without_eos, "sample_tokens takes a sixth argument, eos_id, with a default"),
+    (learner_sampler(eos="unguarded"), "eos_id may be None (its default: no end-of-text token, the plain loop)"),
+    (learner_sampler(eos="ignore"), "you never use eos_id"),
+    (lambda model, idx, n, temperature=1.0, generator=None, eos_id=None:  # `if eos_id:` skips eos_id = 0
+     learner_sampler()(model, idx, n, temperature, generator, eos_id or None), "`if eos_id:` reads it as no eos_id"),
+    (learner_sampler(eos="keep-sampling"), "yours went on sampling in the finished rows"),
+    (learner_sampler(eos="active-only"), "you drew tokens for the running rows only (probs[~finished])"),
+    (learner_sampler(eos="flat"), "your finished mask has shape (B,) and the new tokens (B, 1)"),
+    (learner_sampler(eos="flat-inplace"), "finished |= (next_id == eos_id) cannot hold its result"),
+    (learner_sampler(eos="flat", pick="per-row"), "your finished mask has shape (B,) and the new tokens (B, 1)"),
+    (learner_sampler(stop="never"), "decoding stops as soon as every row has finished: yours always runs"),
+    (learner_sampler(stop="any"), "you stopped as soon as ONE row finished"),
+    (learner_sampler(eos="prompt"), "an eos_id inside the prompt does not count"),
+    (learner_sampler(eos="prompt-each-step"), "an eos_id inside the prompt does not count"),
+    (learner_sampler(eos="last-column"), "an eos_id inside the prompt does not count"),
+    (learner_sampler(eos="where", returned="with-mask"), SAMPLE_TUPLE),
+    (learner_sampler(returned="mask"), "your function returned dtype torch.bool; expected torch.int64"),
+]
+
+
+# --------------------------------------------------------------------------- 5.7, as learners write them
+
+
+def learner_cycle(*, scale=100.0, step=-1, tied=False, layout="right", half=False):
+    """A learner's (E, W_U): tokens on the unit circle at angles 2πa/n (πa/n with half); column b of W_U at the
+    angle of token b + step (-1 is right), times scale (a number, or a function of n). tied: W_U = scale·Eᵀ.
+    layout: "right", "transposed" (E (2, n), W_U (n, 2)), "logits" (E @ W_U returned), "probs" (its softmax),
+    "lists"."""
+    def cycle_weights(n):
+        theta = (1 if half else 2) * math.pi * torch.arange(n, dtype=torch.float64) / n
+        E = torch.stack([torch.cos(theta), torch.sin(theta)], dim=1)
+        s = scale(n) if callable(scale) else scale
+        turn = step * (1 if half else 2) * math.pi / n
+        W_U = s * E.T if tied else s * torch.stack([torch.cos(theta + turn), torch.sin(theta + turn)])
+        if layout == "transposed":
+            return E.T, W_U.T
+        if layout == "logits":
+            return E @ W_U
+        if layout == "probs":
+            return torch.softmax(E @ W_U, dim=-1)
+        if layout == "lists":
+            return E.tolist(), W_U.tolist()
+        return E, W_U
+    return cycle_weights
+
+
+def cycle_one_hot(n):
+    """d_model = n: one-hot rows, and W_U a scaled permutation (a right table for a wider model)."""
+    E = torch.eye(n, dtype=torch.float64)
+    return E, 50.0 * torch.roll(E, 1, dims=1)
+
+
+def cycle_float32(n):
+    """The angles of torch.arange(n) / n: float32 (right: the exercise takes either float dtype)."""
+    theta = 2 * math.pi * torch.arange(n) / n
+    E = torch.stack([theta.cos(), theta.sin()], dim=1)
+    return E, 100 * torch.roll(E, 1, dims=0).T
+
+
+def cycle_three_wide(n):
+    """A third dimension, unused."""
+    theta = 2 * math.pi * torch.arange(n, dtype=torch.float64) / n
+    E = torch.stack([theta.cos(), theta.sin(), torch.zeros(n, dtype=torch.float64)], dim=1)
+    return E, 100 * torch.roll(E, 1, dims=0).T
+
+
+CYCLE_WRONG = [
+    (learner_cycle(tied=True, scale=1.0), "for n = 3, token 0 gives token 1 a probability of 0.154 (0.9 needed); "
+                                          "its likeliest next token is 0, itself. Hint: your model predicts each "
+                                          "token itself, as the tied choice W_U = Eᵀ does"),
+    (learner_cycle(tied=True, scale=30.0), "as the tied choice W_U = Eᵀ does"),
+    (learner_cycle(step=1), "your model predicts a - 1: the cycle runs backwards"),
+    (learner_cycle(scale=1.0), "for n = 3, token 0 gives token 1 a probability of 0.691 (0.9 needed); its likeliest "
+                               "next token is 1. Hint: the next token in the cycle is the likeliest, but with a "
+                               "probability under 0.9: scale W_U up"),
+    (learner_cycle(scale=5.0), "for n = 8, token 0 gives token 1 a probability of 0.677 (0.9 needed); its "
+                               "likeliest next token is 1. Hint: a scale that is enough for a few tokens is not "
+                               "enough for many"),
+    (learner_cycle(scale=lambda n: n), "for n = 8, token 0 gives token 1 a probability of 0.838 (0.9 needed); its "
+                                       "likeliest next token is 1. Hint: a scale that is enough for a few tokens"),
+    (learner_cycle(layout="transposed"), "E has shape (2, 3) and W_U (3, 2) for n = 3. Hint: E and W_U are "
+                                         "transposed"),
+    (cycle_one_hot, "E has shape (3, 3) and W_U (3, 3) for n = 3, expected (3, 2) and (2, 3). Hint: this model is "
+                    "two-dimensional, d_model = 2"),
+    (cycle_three_wide, "E has shape (3, 3) and W_U (3, 3) for n = 3, expected (3, 2) and (2, 3). Hint: this model "
+                       "is two-dimensional, d_model = 2"),
+    (learner_cycle(layout="logits"), "returned a tensor of shape (3, 3); return the pair (E, W_U) of real "
+                                     "weights, E of shape (n, 2) and W_U of shape (2, n) (the matrices themselves, "
+                                     "not the logits E @ W_U or their softmax)"),
+    (learner_cycle(layout="probs"), "returned a tensor of shape (3, 3); return the pair (E, W_U) of real "
+                                    "weights, E of shape (n, 2) and W_U of shape (2, n) (the matrices themselves, "
+                                    "not the logits E @ W_U or their softmax)"),
+    (learner_cycle(scale=math.inf), "your matrices contain NaN or inf: use a large but finite scale"),
+    (learner_cycle(half=True), "its likeliest next token is 2. Hint: put the rows of E on the unit circle"),
+    (learner_cycle(layout="lists"), "E is a list of 3 items; return a torch.Tensor"),
+    (lambda n: learner_cycle()(n)[0], "returned a tensor of shape (3, 2); return the pair (E, W_U)"),
 ]
 
 
 WRONG = [("nucleus_probs", fn, phrase) for fn, phrase in NUCLEUS_WRONG] + \
         [("gpt_params", fn, phrase) for fn, phrase in PARAMS_WRONG] + \
-        [("sample_tokens", fn, phrase) for fn, phrase in SAMPLE_WRONG]
+        [("sample_tokens", fn, phrase) for fn, phrase in SAMPLE_WRONG] + \
+        [("cycle_weights", fn, phrase) for fn, phrase in CYCLE_WRONG]
 
 
 # What a check must refuse without raising: the odd answers of every chapter, and this chapter's own.
@@ -629,15 +918,19 @@ globals().update(
     # the fixture wrong_verdicts; test_wrong_answer_gets_its_hint_whatever_the_seed (each answer of WRONG),
     # test_every_registered_hint_is_earned_by_a_wrong_answer, test_wrong_answers_get_different_verdicts
     | SUITE.wrong_answer_tests(WRONG)
-    # test_any_wrong_answer_fails_without_raising (each answer of BAD), test_another_device_is_named,
-    # test_the_diagnoses_never_raise
-    | SUITE.odd_answer_tests(BAD) | SUITE.meta_device_tests() | SUITE.diagnosis_tests()
+    # test_any_wrong_answer_fails_without_raising (each answer of BAD), test_the_diagnoses_never_raise
+    | SUITE.odd_answer_tests(BAD) | SUITE.diagnosis_tests()
+    # test_another_device_is_named: the suite's test turns the output into one tensor (torch.as_tensor), which 5.7's
+    # pair of tensors of different shapes is not: test_the_pair_on_the_meta_device_is_named, below, moves each
+    | exercise_suite.Chapter(CHAPTER[:3], DRILLS, SOLUTIONS, NOTEBOOK).meta_device_tests()
     # test_seed_changes_the_inputs (float64 tensors, and 5.6's int64 prompts: its models and generators are stored
-    # as seeds), test_cases_travel_to_the_sandbox_and_back (these answers too)
-    | SUITE.case_tests(dtypes=(torch.float64, torch.int64))
+    # as seeds; 5.7's cases are the sizes n, the same for every seed), test_cases_travel_to_the_sandbox_and_back
+    # (these answers too)
+    | SUITE.case_tests(fixed=["cycle_weights"], dtypes=(torch.float64, torch.int64))
     | SUITE.travel_tests([BAD["tuple"], BAD["meta"], BAD["ndarray"], BAD["float"], learner_nucleus(back="none"),
                           learner_count(positions=False), learner_sampler(pick="argmax"),
-                          learner_sampler(use_generator=False)])
+                          learner_sampler(use_generator=False), learner_sampler(eos="active-only"),
+                          learner_sampler(eos="prompt"), learner_cycle(tied=True), learner_cycle(scale=5.0)])
     # test_every_hint_is_written_once
     | SUITE.hint_tests()
 )
@@ -647,10 +940,13 @@ globals().update(
 
 
 def test_chapter_five_registry():
-    SUITE.assert_registry(numbers=["5.1", "5.2", "5.6"])
+    SUITE.assert_registry(numbers=["5.1", "5.2", "5.6", "5.7"])
     assert checks.EXERCISES["nucleus_probs"].args == ("logits", "top_p", "temperature")
     assert checks.EXERCISES["gpt_params"].args == ("vocab_size", "block_size", "n_layer", "d_model", "tie_weights")
-    assert checks.EXERCISES["sample_tokens"].args == ("model", "idx", "max_new_tokens", "temperature", "generator")
+    assert checks.EXERCISES["sample_tokens"].args == ("model", "idx", "max_new_tokens", "temperature", "generator",
+                                                      "eos_id")
+    assert checks.EXERCISES["cycle_weights"].args == ("n",)
+    assert checks.EXERCISES["cycle_weights"].item_names == ("E", "W_U")
 
 
 def test_the_library_answers_name_functions():
@@ -679,7 +975,7 @@ def test_a_nucleus_that_calls_an_unfinished_exercise_is_told_so(capsys):
 def test_the_nucleus_that_reaches_p_exactly_is_named_on_the_dyadic_case(wrong_verdicts):
     """The classic filter (cumulative > p, shifted right) is right but on the exact case, where it keeps a
     third token: it is told that a nucleus reaching p stops there."""
-    k = next(i for i, (_, fn, phrase) in enumerate(WRONG) if phrase.startswith("a nucleus that reaches p"))
+    k = next(i for i, (_, fn, phrase) in enumerate(WRONG) if phrase.startswith("a total that reaches top_p"))
     ex = checks.EXERCISES["nucleus_probs"]
     cases = checks.cases_for(ex, 0)
     outs = checks.run_cases(WRONG[k][1], cases).outputs
@@ -727,16 +1023,90 @@ def test_other_right_counts_pass(right):
         assert verdict.passed, (seed, verdict.message)
 
 
-@pytest.mark.parametrize("right", [learner_sampler(), learner_sampler(normalise="float64"),
-                                   learner_sampler(pick="per-row"), sample_softmax_everywhere, sample_unnormalised,
-                                   lambda model, idx, n, temperature=1.0, generator=None: sampling.generate(
-                                       model, idx, n, temperature=temperature, generator=generator)])
+@pytest.mark.parametrize("right", [learner_sampler(), learner_sampler(eos="where"),
+                                   learner_sampler(normalise="float64"), learner_sampler(pick="per-row"),
+                                   sample_softmax_everywhere, sample_unnormalised,
+                                   lambda model, idx, n, temperature=1.0, generator=None, eos_id=None:
+                                   sampling.generate(model, idx, n, temperature=temperature, generator=generator,
+                                                     eos_id=eos_id, use_cache=False)])
 def test_other_right_loops_pass(right):
     """torch.multinomial(probs, 1) draws V exponentials per row and takes argmax(probs / draws): the same tokens
-    for probabilities in float64, for one call per row, and for weights that are not normalised."""
+    for probabilities in float64, for one call per row, and for weights that are not normalised. The finished rows
+    kept with masked_fill, with torch.where, as a list of bools, or found again from the tokens at every step."""
     for seed in SEEDS:
         verdict = verdict_for("sample_tokens", right, seed)
         assert verdict.passed, (seed, verdict.message)
+
+
+def cycle_clockwise(n):
+    """Another geometry: the tokens turn clockwise, with a phase, and the scale sits in E (W_U's columns are unit
+    vectors), E's rows of unequal length (right)."""
+    theta = -2 * math.pi * torch.arange(n, dtype=F64) / n + 0.3
+    radius = 12.0 * n * (1 + torch.arange(n, dtype=F64) / n)                 # 12n to 24n
+    E = radius[:, None] * torch.stack([theta.cos(), theta.sin()], dim=1)
+    back = theta + 2 * math.pi / n                                           # column b where E[b - 1] points
+    return E, torch.stack([back.cos(), back.sin()])
+
+
+def cycle_by_rotation(n):
+    """E on the circle, W_U = s·R Eᵀ with R the rotation by -2π/n of column vectors, s = 100 (right)."""
+    theta = torch.linspace(0, 2 * math.pi, n + 1, dtype=F64)[:-1]
+    E = torch.stack([theta.cos(), theta.sin()], dim=1)
+    c, s = math.cos(2 * math.pi / n), math.sin(2 * math.pi / n)
+    R = torch.tensor([[c, s], [-s, c]], dtype=F64)
+    return E, 100 * R @ E.T
+
+
+@pytest.mark.parametrize("right", [learner_cycle(scale=100.0), learner_cycle(scale=lambda n: 10 * n),
+                                   learner_cycle(scale=50.0), cycle_clockwise, cycle_by_rotation, cycle_float32],
+                         ids=["s100", "s10n", "s50", "clockwise", "rotation", "float32"])
+def test_other_right_cycles_pass(right):
+    for seed in SEEDS:
+        verdict = verdict_for("cycle_weights", right, seed)
+        assert verdict.passed, (seed, verdict.message)
+
+
+def test_the_cycle_is_judged_by_what_the_model_predicts():
+    """Not against the reference: a scale of 100 passes where the reference's is 10·n, and p >= 0.9 is the
+    line (a scale just under the one that gives 0.9 at n = 16 fails, just over it passes)."""
+    def at_scale(s):
+        return learner_cycle(scale=s)
+    # p(a + 1 | a) at n = 16 for the scale s: 1 / (1 + Σ_k exp(-s (1 - cos 2πk/16)))
+    def p16(s):
+        return 1 / (1 + sum(math.exp(-s * (1 - math.cos(2 * math.pi * k / 16))) for k in range(1, 16)))
+    low, high = 1.0, 100.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if p16(mid) < 0.9 else (low, mid)
+    assert not verdict_for("cycle_weights", at_scale(low * (1 - 1e-6)), 0).passed
+    assert verdict_for("cycle_weights", at_scale(high * (1 + 1e-6)), 0).passed
+    assert 35 < high < 40
+    E, W_U = ch05.cycle_weights_reference(16)
+    assert E.dtype == W_U.dtype == F64 and E.shape == (16, 2) and W_U.shape == (2, 16)
+    assert torch.allclose(E.norm(dim=1), torch.ones(16, dtype=F64))
+    probs = ch05.cycle_probs(E, W_U)
+    assert bool((probs.argmax(dim=-1) == (torch.arange(16) + 1) % 16).all())
+    assert float(probs.max(dim=-1).values.min()) > 0.99
+
+
+def test_the_tied_model_cannot_follow_a_cycle():
+    """Part (b) of 5.7: with W_U = s·Eᵀ the logits s·E Eᵀ are symmetric, and with rows of equal length every
+    token's largest logit is its own, whatever the rows and the scale."""
+    g = torch.Generator().manual_seed(0)
+    for n in (3, 5, 8):
+        for _ in range(20):
+            E = torch.randn(n, 2, generator=g, dtype=F64)
+            E = E / E.norm(dim=1, keepdim=True)
+            logits = 7.0 * E @ E.T
+            assert torch.allclose(logits, logits.T, rtol=0, atol=1e-12)
+            assert bool((logits.diagonal() == logits.max(dim=-1).values).all())
+
+
+def test_the_pair_on_the_meta_device_is_named(capsys):
+    right = solution("cycle_weights")
+    verdict = checks.check_cycle_weights(lambda n: tuple(t.to("meta") for t in right(n)))
+    capsys.readouterr()
+    assert not verdict and "E is a tensor on the meta device, which holds no values" in verdict.message
 
 
 # --------------------------------------------------------------------------- the cases
@@ -811,39 +1181,103 @@ def test_the_count_cases():
         assert all(c[0] != c[1] for c in cases)
 
 
+def eos_of(case):
+    return case[5] if len(case) > 5 else None
+
+
+def finish_steps(out: torch.Tensor, T: int, eos_id: int) -> list[int | None]:
+    """The step at which each row first generated eos_id (None: never)."""
+    return [row.index(eos_id) if eos_id in row else None for row in out[:, T:].tolist()]
+
+
 def test_the_sampling_cases_are_built_to_expose_the_mistakes():
     ex = checks.EXERCISES["sample_tokens"]
     state = torch.get_rng_state()
     for seed in SEEDS:
         cases = checks.cases_for(ex, seed)
         built = [engine._clone(c) for c in cases]
-        for (model, idx, n, temperature, generator), case in zip(built, cases):
+        for (model, idx, n, temperature, generator, *eos), case in zip(built, cases):
             assert isinstance(model, GPT) and isinstance(generator, torch.Generator)
             assert all(p.dtype == torch.float32 for p in model.parameters())
             assert idx.dtype == torch.int64 and idx.dim() == 2 and type(n) is int and type(temperature) is float
             assert 0 <= int(idx.min()) and int(idx.max()) < model.config.vocab_size
             assert case[0]["config"]["block_size"] == model.config.block_size
+            assert eos in ([], [None]) or (type(eos[0]) is int and 0 <= eos[0] < model.config.vocab_size)
         shapes = [(c[1].shape[0], c[1].shape[1], c[2], c[0]["config"]["block_size"]) for c in cases]
-        assert {B for B, *_ in shapes} == {1, 3}
+        assert {B for B, *_ in shapes} == {1, 3, 4}
         assert any(n == 0 for _, _, n, _ in shapes) and all(n > 0 for _, _, n, _ in shapes[:3])
         assert {0.5, 1.0, 2.0} <= {c[3] for c in cases}
         # cropping matters: some contexts outgrow the window (T + n - 1 > block_size), others never do
         assert sum(T + n - 1 > bs for _, T, n, bs in shapes) >= 4 and any(T + n - 1 <= bs for _, T, n, bs in shapes)
         assert len({bs for *_, bs in shapes}) == 2
-        # the first case raises at once for the slips that raise: no crop, raw logits, dim 0, float tokens
+        # the first case raises at once for the slips that raise: no crop, raw logits, dim 0, float tokens, no
+        # argument eos_id (it is given, as None), eos_id used unguarded
         B, T, n, bs = shapes[0]
-        assert B > 1 and T > 1 and n > 1 and T + n - 1 > bs
+        assert B > 1 and T > 1 and n > 1 and T + n - 1 > bs and len(cases[0]) == 6 and cases[0][5] is None
         model, idx = built[0][:2]
         with torch.no_grad():
             first_logits = model(idx)[:, -1, :]
         assert bool((first_logits < 0).any(dim=-1).all())
-        # two identical cases (the same model, prompt and generator seed), each drawing 24 tokens at temperature 2
+        # eos_id is left to its default in cases 1-7
+        assert [len(c) for c in cases[1:8]] == [5] * 7
+        # two pairs of identical cases (the same model, prompt, generator seed and eos_id): 24 tokens at temperature
+        # 2, and a pair with eos_id
         twins = [(i, j) for i in range(len(cases)) for j in range(i) if ch05._same_case(cases[i], cases[j])]
-        assert twins == [(len(cases) - 1, len(cases) - 2)]
-        assert cases[-1][1].shape[0] * cases[-1][2] >= 24 and cases[-1][3] == 2.0
+        assert twins == [(12, 11), (14, 13)]
+        assert cases[11][1].shape[0] * cases[11][2] >= 24 and cases[11][3] == 2.0 and len(cases[11]) == 5
+        assert eos_of(cases[13]) is not None
         # the logits are spread enough for temperature to matter
         assert float(first_logits.std()) > 1.0
     assert torch.equal(state, torch.get_rng_state())          # building the models drew nothing from it
+
+
+def test_the_wide_case_is_changed_by_every_filter():
+    """Case 7: a vocabulary of 128 with flatter logits, where top-k 50, top-p 0.99 and min-p 0.01 (written here as
+    learners write them) each change a draw, each another one."""
+    ex = checks.EXERCISES["sample_tokens"]
+    for seed in SEEDS:
+        case = checks.cases_for(ex, seed)[7]
+        assert case[0]["config"]["vocab_size"] >= 100 and len(case) == 5
+        outs = [ch05.sample_tokens_reference(*case)] + [
+            learner_sampler(extra=extra)(*engine._clone(case)) for extra in ("top-k", "top-p", "min-p")]
+        assert all(not torch.equal(a, b) for i, a in enumerate(outs) for b in outs[:i]), seed
+        model = engine._clone(case)[0]
+        with torch.no_grad():
+            logits = model(case[1])[:, -1, :]
+        assert 0.5 < float(logits.std()) < 2.5                     # fairly flat: no token dominates
+
+
+def test_the_cases_with_eos_id_show_what_they_are_for():
+    ex = checks.EXERCISES["sample_tokens"]
+    for seed in SEEDS:
+        cases = checks.cases_for(ex, seed)
+        with_eos = [i for i, c in enumerate(cases) if eos_of(c) is not None]
+        assert with_eos == [8, 9, 10, 13, 14]
+        refs = {i: ch05.sample_tokens_reference(*cases[i]) for i in with_eos}
+        greedy = {i: learner_sampler(pick="argmax", eos="ignore")(*engine._clone(cases[i])) for i in with_eos}
+        for i in with_eos:
+            T, eos_id = cases[i][1].shape[1], eos_of(cases[i])
+            assert finish_steps(greedy[i], T, eos_id) == [None] * cases[i][1].shape[0]   # greedy never ends a row
+            if i != 10:
+                assert not bool((cases[i][1] == eos_id).any())                        # no eos_id in the prompt
+        # 8: rows finish at different steps while another runs on; the output keeps its full length
+        T, n = cases[8][1].shape[1], cases[8][2]
+        steps = finish_steps(refs[8], T, eos_of(cases[8]))
+        done = [s for s in steps if s is not None]
+        assert refs[8].shape[1] == T + n and None in steps and len(set(done)) >= 2
+        # 9: every row finishes, at different steps, early: the output is shorter
+        T, n = cases[9][1].shape[1], cases[9][2]
+        steps = finish_steps(refs[9], T, eos_of(cases[9]))
+        assert None not in steps and len(set(steps)) >= 2 and refs[9].shape[1] < T + n - 1
+        # 10: eos_id in the prompt of rows 0 (last position) and 1, not 2; rows 0 and 1 do not end at once, row 2
+        # never; the output keeps its full length
+        prompt, eos_id = cases[10][1], eos_of(cases[10])
+        assert int(prompt[0, -1]) == eos_id and eos_id in prompt[1, :-1].tolist() and eos_id not in prompt[2].tolist()
+        steps = finish_steps(refs[10], prompt.shape[1], eos_id)
+        assert steps[0] != 0 and steps[1] != 0 and steps[2] is None
+        assert refs[10].shape[1] == prompt.shape[1] + cases[10][2]
+        # 13, 14: some row finishes early
+        assert any(s is not None for s in finish_steps(refs[13], cases[13][1].shape[1], eos_of(cases[13])))
 
 
 # --------------------------------------------------------------------------- the grader's honesty flags
@@ -892,30 +1326,47 @@ LIBRARY_ANSWERS = [
     ("sample_tokens", """
         from tinyformer.sampling import generate as decode
 
-        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
-            return decode(model, idx, max_new_tokens, temperature=temperature, generator=generator)
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
+            return decode(model, idx, max_new_tokens, temperature=temperature, generator=generator, eos_id=eos_id)
         """, "tinyformer.sampling.generate"),
     ("sample_tokens", """
         import torch
         from tinyformer import sampling
 
-        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
+            done = torch.zeros(idx.shape[0], 1, dtype=torch.bool)
             for _ in range(max_new_tokens):
                 logits = model(idx[:, -model.config.block_size:])[:, -1, :]
-                idx = torch.cat((idx, sampling.sample_next(logits, temperature, generator=generator)), dim=1)
+                new = sampling.sample_next(logits, temperature, generator=generator)
+                if eos_id is not None:
+                    new = new.masked_fill(done, eos_id)
+                    done = done | (new == eos_id)
+                idx = torch.cat((idx, new), dim=1)
+                if eos_id is not None and done.all():
+                    break
             return idx
         """, "tinyformer.sampling.sample_next"),
     ("sample_tokens", """
         import torch
         from tinyformer.sampling import next_token_distribution
 
-        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
+            done = torch.zeros(idx.shape[0], 1, dtype=torch.bool)
             for _ in range(max_new_tokens):
                 logits = model(idx[:, -model.config.block_size:])[:, -1, :]
                 probs = next_token_distribution(logits, temperature)
-                idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
+                new = torch.multinomial(probs, 1, generator=generator)
+                if eos_id is not None:
+                    new = torch.where(done, eos_id, new)
+                    done = done | (new == eos_id)
+                idx = torch.cat((idx, new), dim=1)
+                if eos_id is not None and done.all():
+                    break
             return idx
         """, "tinyformer.sampling.next_token_distribution"),
+    ("cycle_weights", """
+        from tinyformer.course.ch05 import cycle_weights_reference as cycle_weights
+        """, "tinyformer.course.ch05.cycle_weights_reference"),
 ]
 
 
@@ -931,11 +1382,12 @@ def test_the_library_answer_is_flagged(k):
 
 
 def test_the_library_greedy_is_flagged_and_named():
-    """tinyformer.sampling.greedy is a wrong answer (no sampling) that calls the library: flagged, and told."""
+    """tinyformer.sampling.greedy is a wrong answer (no sampling) that calls the library: flagged, and told (it
+    ignores eos_id, which its argmax never generates in the cases: see _greedy_avoids_eos)."""
     source = """
         from tinyformer.sampling import greedy
 
-        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None):
+        def sample_tokens(model, idx, max_new_tokens, temperature=1.0, generator=None, eos_id=None):
             return greedy(model, idx, max_new_tokens)
         """
     rec, verdict = exercise_suite.harvest("sample_tokens", define(textwrap.dedent(source), "sample_tokens"))
@@ -950,12 +1402,15 @@ def test_the_grader_judges_chapter_five_in_its_sandbox(tmp_path):
     """The models and generators of 5.6 are built in the sandbox from the seeds the cases carry."""
     ascending = SOLUTIONS["nucleus_probs"].replace("key=lambda i: -p[i]", "key=lambda i: p[i]")
     assert ascending != SOLUTIONS["nucleus_probs"]
+    tied = SOLUTIONS["cycle_weights"].replace("return E, 10 * n * W_U", "return E, 10 * n * E.T")
+    assert tied != SOLUTIONS["cycle_weights"]
     rows = SUITE.graded(tmp_path, {"nucleus_probs": ascending, "gpt_params": SOLUTIONS["gpt_params"],
-                                   "sample_tokens": SOLUTIONS["sample_tokens"]})
+                                   "sample_tokens": SOLUTIONS["sample_tokens"], "cycle_weights": tied})
     assert list(rows) == CHAPTER
     assert rows["nucleus_probs"][0] == checks.FAIL and "LEAST likely tokens" in rows["nucleus_probs"][1], rows
     assert rows["gpt_params"][0] == checks.PASS, rows
     assert rows["sample_tokens"][0] == checks.PASS, rows
+    assert rows["cycle_weights"][0] == checks.FAIL and ch05.CYCLE_TIED in rows["cycle_weights"][1], rows
 
 
 def test_the_grader_tells_a_loop_that_ignores_the_generator(tmp_path):
@@ -1038,8 +1493,10 @@ def test_count_reference_is_gpt2_small_on_the_meta_device(tie_weights):
 # --------------------------------------------------------------------------- 5.6's reference
 
 
-def hand_loop(model, idx, max_new_tokens, temperature, generator):
-    """The loop the exercise describes, one row at a time in Python where it can be."""
+def hand_loop(model, idx, max_new_tokens, temperature, generator, eos_id=None):
+    """The loop the exercise describes, one row at a time in Python where it can be: a row whose last new token
+    is eos_id has ended and gets eos_id again (after its draw), and the loop stops once every row has ended."""
+    T = idx.shape[1]
     rows = [list(map(int, row)) for row in idx]
     block_size = model.config.block_size
     with torch.no_grad():
@@ -1047,7 +1504,10 @@ def hand_loop(model, idx, max_new_tokens, temperature, generator):
             context = torch.tensor([row[-block_size:] for row in rows])
             probs = F.softmax(model(context)[:, -1, :] / temperature, dim=-1)
             for row, token in zip(rows, torch.multinomial(probs, 1, generator=generator).tolist()):
-                row.append(token[0])
+                ended = eos_id is not None and len(row) > T and row[-1] == eos_id
+                row.append(eos_id if ended else token[0])
+            if eos_id is not None and all(row[-1] == eos_id for row in rows):
+                break
     return torch.tensor(rows, dtype=torch.int64)
 
 
@@ -1056,18 +1516,21 @@ def test_the_sampling_reference_is_the_hand_loop_and_draws_as_much():
     ex = checks.EXERCISES["sample_tokens"]
     for seed in SEEDS:
         for case in checks.cases_for(ex, seed):
-            model, idx, n, temperature, generator = engine._clone(case)
-            _, _, _, _, mine = engine._clone(case)
-            ref = ch05.sample_tokens_reference(model, idx, n, temperature, generator)
-            expected = hand_loop(model, idx, n, temperature, mine)
-            assert ref.dtype == torch.int64 and ref.shape == (idx.shape[0], idx.shape[1] + n)
+            model, idx, n, temperature, generator, *eos = engine._clone(case)
+            mine = engine._clone(case)[4]
+            ref = ch05.sample_tokens_reference(model, idx, n, temperature, generator, *eos)
+            expected = hand_loop(model, idx, n, temperature, mine, *eos)
+            steps = ref.shape[1] - idx.shape[1]
+            assert ref.dtype == torch.int64 and ref.shape[0] == idx.shape[0] and 0 <= steps <= n
+            assert steps == n or (eos[0] is not None and bool((ref[:, -1] == eos[0]).all()))
             assert torch.equal(ref, expected) and torch.equal(ref[:, :idx.shape[1]], idx)
             assert torch.equal(generator.get_state(), mine.get_state())
 
 
 def test_generate_draws_one_multinomial_per_step_on_the_float32_batch(monkeypatch):
     """What the exercise tells the reader to do is what the library does: one torch.multinomial(probs, 1,
-    generator=generator) per step, on the (B, V) float32 probabilities softmax(logits / temperature)."""
+    generator=generator) per step, on the (B, V) float32 probabilities softmax(logits / temperature), for every
+    row, the finished ones too."""
     calls = []
     real = torch.multinomial
 
@@ -1077,11 +1540,11 @@ def test_generate_draws_one_multinomial_per_step_on_the_float32_batch(monkeypatc
 
     monkeypatch.setattr(torch, "multinomial", spy)
     for case in checks.cases_for(checks.EXERCISES["sample_tokens"], 0):
-        model, idx, n, temperature, generator = engine._clone(case)
+        model, idx, n, temperature, generator, *eos = engine._clone(case)
         calls.clear()
-        ch05.sample_tokens_reference(model, idx, n, temperature, generator)
+        steps = ch05.sample_tokens_reference(model, idx, n, temperature, generator, *eos).shape[1] - idx.shape[1]
         V = model.config.vocab_size
-        assert calls == [((idx.shape[0], V), torch.float32, 1, (), generator)] * n
+        assert calls == [((idx.shape[0], V), torch.float32, 1, (), generator)] * steps
 
 
 def test_the_sampling_reference_takes_a_case_as_stored():

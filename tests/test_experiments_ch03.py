@@ -311,3 +311,15 @@ def test_stream_grad_norms_match_autograd_on_the_input_and_the_top():
     (grad_top,) = torch.autograd.grad((stack.ln_f(top) * g).sum(), top)
     assert_close(norms[-1], grad_top.pow(2).sum(dim=(0, 2)).sqrt())
     assert all(p.grad is None for p in stack.parameters())
+
+
+def test_scaled_norm_survives_a_gradient_that_squares_past_float64():
+    from tinyformer.experiments.ch03 import scaled_norm
+
+    gr = torch.full((8, 5, 64), 1e160, dtype=torch.float64)   # squared: 1e320, past float64's 1.8e308
+    assert torch.isinf(gr.norm())
+    assert_close(scaled_norm(gr, dim=(0, 2)), torch.full((5,), math.sqrt(8 * 64) * 1e160, dtype=torch.float64))
+    assert math.isclose(scaled_norm(gr).item(), math.sqrt(8 * 5 * 64) * 1e160, rel_tol=1e-12)
+    small = torch.randn(3, 4, dtype=torch.float64)
+    assert_close(scaled_norm(small), torch.linalg.vector_norm(small))
+    assert torch.equal(scaled_norm(torch.zeros(2, 3, dtype=torch.float64), dim=0), torch.zeros(3, dtype=torch.float64))

@@ -11,7 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tinyformer.course import reader, slicing
-from tinyformer.course.reader import Book, ReaderError, myst_problems, reader_notebook
+from tinyformer.course.reader import Book, ReaderError, myst_problems, reader_notebook, repr_problems
 from tinyformer.student import BEGIN, END, exercise_name, stub_function, stub_source, write_student_notebooks
 
 from conftest import ROOT, chapter_notebooks
@@ -275,6 +275,28 @@ def test_myst_checker_finds_leftovers(text):
     nb = nbformat.v4.new_notebook(cells=[md("Fine $x$, `code {eq}`y``, <details>ok</details>."), md(text)])
     problems = myst_problems(nb, "doctored.ipynb")
     assert problems and all(p.startswith("doctored.ipynb, cell 1:") for p in problems), problems
+
+
+@pytest.mark.parametrize("text", [
+    "the largest gap is np.float64(0.014)).", "a share of tensor(0.0140).", "numpy.int64(3) rows",
+    "values array([1, 2]) here",
+])
+def test_repr_checker_finds_glued_reprs(text):
+    nb = nbformat.v4.new_notebook(cells=[md("Fine: `torch.tensor([1])` and `np.float64(2)` in code, "
+                                            "an array (of numbers) and a tensor."), md(text)])
+    problems = repr_problems(nb, "doctored.ipynb")
+    assert len(problems) == 1 and problems[0].startswith("doctored.ipynb, cell 1:"), problems
+
+
+def test_glue_stores_numpy_and_tensor_scalars_as_plain_numbers():
+    import numpy as np
+    import torch
+
+    from tinyformer.setup import _plain
+    assert repr(_plain(np.float64(0.014))) == "0.014" and type(_plain(np.int64(3))) is int
+    assert repr(_plain(torch.tensor(0.25))) == "0.25" and _plain(torch.tensor([7])) == 7
+    vector = np.array([1.0, 2.0])
+    assert _plain(vector) is vector and _plain("0.014") == "0.014" and _plain(3) == 3
 
 
 def _copy_book(tmp_path, chapters=("00-preface", "02-attention")):

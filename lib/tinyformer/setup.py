@@ -31,9 +31,9 @@ def parse_env(text: str) -> dict[str, str]:
 
 
 #: The numerics pinned for the book's stored outputs (``tinyformer/numerics.env``): PyTorch's,
-#: MKL's and oneDNN's code paths held at AVX2 and one thread, so that a run gives the same bits on
-#: every x86-64 processor with AVX2. They act only when set before torch starts: in the
-#: environment of a new process (:func:`pinned_env`).
+#: MKL's and oneDNN's code paths held at ones every vendor runs alike, and two threads, so that a
+#: run gives the same bits on every x86-64 processor with AVX2, Intel or AMD. They act only when
+#: set before torch starts: in the environment of a new process (:func:`pinned_env`).
 PINNED_NUMERICS = parse_env(_files("tinyformer").joinpath("numerics.env").read_text())
 
 
@@ -142,11 +142,23 @@ def check_shape(tensor: torch.Tensor, shape: tuple, name: str = "tensor") -> tor
     return tensor
 
 
+def _plain(value):
+    """A NumPy scalar or a one-element tensor as a Python number; anything else unchanged."""
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        return value.item()
+    if type(value).__name__ == "Tensor" and getattr(value, "numel", lambda: 0)() == 1:
+        return value.item()
+    return value
+
+
 def glue(name: str, value, display: bool = False):
     """Record ``value`` under ``name`` so the book's prose can quote it (MyST-NB ``glue``).
 
     Where MyST-NB is not installed (in Colab, say) this does nothing except return the value.
+    A NumPy scalar or a one-element tensor is glued as the Python number it holds, so the prose
+    reads ``0.014``, not ``np.float64(0.014)`` or ``tensor(0.0140)``.
     """
+    value = _plain(value)
     try:
         from myst_nb import glue as _glue
     except ImportError:

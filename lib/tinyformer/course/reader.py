@@ -1030,6 +1030,28 @@ def myst_problems(nb, where: str = "notebook") -> list[str]:
     return problems
 
 
+#: how NumPy and PyTorch print a value: glued as such, it reads ``np.float64(0.014)`` in the prose
+REPR = re.compile(r"\b(?:np|numpy)\.(?:float|int|uint|bool)\w*\(|\b(?:tensor|array)\(")
+
+
+def repr_problems(nb, where: str = "notebook") -> list[str]:
+    """Every NumPy or PyTorch repr (``np.float64(…)``, ``tensor(…)``, ``array(…)``) in the prose of
+    ``nb``'s Markdown cells, outside code spans: a glued value that was not a plain number."""
+    book = Book(None, {"parse": {"myst_enable_extensions": ["amsmath", "colon_fence", "dollarmath"]}})
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for tok in book.parser.parse(cell.source):
+            for child in (tok.children or []) if tok.type == "inline" else []:
+                found = REPR.search(child.content) if child.type == "text" else None
+                if found:
+                    problems.append(f"{where}, cell {index}: a NumPy or PyTorch repr in the prose, "
+                                    f"{child.content[found.start():found.start() + 30]!r} (glue a "
+                                    f"plain number: float(x) or x.item())")
+    return problems
+
+
 # --- files --------------------------------------------------------------------------------------
 def dumps(nb) -> str:
     text = nbformat.writes(nb, version=4)
@@ -1108,7 +1130,7 @@ def check_readers(root: Path, html: Path | None = None) -> list[str]:
         except Exception as err:  # not JSON, not a notebook: nbformat raises several kinds
             problems.append(f"{rel} is not a readable notebook ({type(err).__name__})")
             continue
-        problems += myst_problems(stored_nb, str(rel))
+        problems += myst_problems(stored_nb, str(rel)) + repr_problems(stored_nb, str(rel))
     for folder in (root / READERS, root / EXERCISES):
         for extra in sorted(folder.glob(CHAPTER_GLOB)):
             if extra not in texts:

@@ -164,8 +164,16 @@ def stream_grad_norms(stack: nn.Module, x: torch.Tensor,
     g = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
     grads = torch.autograd.grad((out * g).sum(), stream)
     stack.zero_grad(set_to_none=True)
-    return [gr.detach().pow(2).sum(dim=tuple(range(gr.dim() - 2)) + (-1,)).sqrt()
+    return [scaled_norm(gr.detach(), dim=tuple(range(gr.dim() - 2)) + (-1,))  # over all but the position
             for gr in grads]
+
+
+def scaled_norm(x: torch.Tensor, dim=None) -> torch.Tensor:
+    """The 2-norm of ``x`` (over ``dim``, default all of it), computed on ``x``
+    divided by its largest magnitude: an exploding stack's gradient of 1e170
+    squares past float64's largest number (1.8e308), and ``x.norm()`` squares."""
+    scale = x.abs().amax().clamp_min(torch.finfo(x.dtype).tiny)
+    return torch.linalg.vector_norm(x / scale, dim=dim) * scale
 
 
 def block_jacobians(stack: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
