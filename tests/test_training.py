@@ -253,3 +253,57 @@ def test_a_diverged_run_stops_with_a_clear_error():
 
     with pytest.raises(FloatingPointError, match="not finite at step 1.*Lower lr"):
         train(tiny(), STREAM, steps=3, batch_size=2, loss_fn=exploding, progress=False)
+
+
+def test_adam_adds_weight_decay_to_the_gradient_of_the_matrices():
+    """optimizer="adam" with weight_decay: torch's Adam with the L2 term on the matrices only, as
+    AdamW's decay acts on them; 0.0 is plain Adam."""
+    def by_hand(weight_decay):
+        model = tiny()
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.Adam([{"params": decay, "weight_decay": weight_decay},
+                                {"params": rest, "weight_decay": 0.0}], lr=1e-2, betas=(0.9, 0.95))
+        gen = torch.Generator().manual_seed(0)
+        torch.manual_seed(0)
+        for _ in range(3):
+            x, y = get_batch(STREAM, 4, 16, gen)
+            opt.zero_grad()
+            model.loss(x, y).backward()
+            opt.step()
+        return model
+
+    runs = {}
+    for wd in (0.0, 0.5):
+        runs[wd] = tiny()
+        train(runs[wd], STREAM, steps=3, batch_size=4, lr=1e-2, schedule="constant", optimizer="adam",
+              weight_decay=wd, clip=None, progress=False)
+        for (name, a), b in zip(runs[wd].state_dict().items(), by_hand(wd).state_dict().values()):
+            assert torch.allclose(a, b, rtol=0, atol=1e-6), (wd, name)
+    changed = {n for (n, a), b in zip(runs[0.0].state_dict().items(), runs[0.5].state_dict().values())
+               if not torch.equal(a, b)}
+    assert any(n.endswith("weight") for n in changed)
+
+
+def test_an_interrupt_during_validation_leaves_no_hole_in_the_history(tmp_path):
+    kwargs = dict(steps=12, batch_size=4, lr=5e-3, warmup=2, val_data=STREAM, eval_every=4,
+                  progress=False)
+    straight = tiny()
+    expected = train(straight, STREAM, **kwargs)
+    calls = {"n": 0}
+
+    def interrupted_loss(m, x, y):
+        calls["n"] += not m.training
+        if calls["n"] == 13:           # the third validation batch of step 8's validation
+            raise KeyboardInterrupt
+        return m.loss(x, y)
+
+    path = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(), STREAM, checkpoint=path, loss_fn=interrupted_loss, **kwargs)
+    saved = torch.load(path, weights_only=False)
+    assert saved["step"] == 8 and saved["history"]["val_step"] == [4] and len(saved["history"]["val_loss"]) == 1
+    hist = train(tiny(seed=99), STREAM, checkpoint=path, **kwargs)
+    assert hist["val_step"] == expected["val_step"] == [4, 8, 12]
+    assert hist["val_loss"] == pytest.approx(expected["val_loss"], abs=0)
+    assert hist["step"] == expected["step"]

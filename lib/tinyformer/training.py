@@ -132,8 +132,9 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
     ``schedule``: ``"cosine"`` (:func:`cosine_lr` from ``lr`` down to
     ``min_lr``, default ``lr/10``), ``"noam"`` (:func:`noam_lr` with the
     model's ``d_model``, ``lr`` multiplying it) or ``"constant"``.
-    ``optimizer``: ``"adamw"`` (decoupled weight decay on matrices only)
-    or ``"adam"``. ``clip`` caps the gradient norm. With ``checkpoint`` (a
+    ``optimizer``: ``"adamw"`` or ``"adam"``; ``weight_decay`` acts on the
+    matrices only, decoupled from the gradient with AdamW, added to it as an
+    L2 term (``weight_decay · w``) with Adam. ``clip`` caps the gradient norm. With ``checkpoint`` (a
     path), the state is saved every ``checkpoint_every`` steps (default
     ``eval_every``), at the end, and when the run is interrupted; if the
     file exists, training resumes from it (it must come from the same model
@@ -216,7 +217,9 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
                                  {"params": rest, "weight_decay": 0.0}],
                                 lr=lr_at(1), betas=betas, eps=eps)
     else:
-        opt = torch.optim.Adam(decay + rest, lr=lr_at(1), betas=betas, eps=eps)
+        opt = torch.optim.Adam([{"params": decay, "weight_decay": weight_decay},
+                                {"params": rest, "weight_decay": 0.0}],
+                               lr=lr_at(1), betas=betas, eps=eps)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     history = {"step": [], "loss": [], "lr": [], "grad_norm": [],
@@ -242,6 +245,14 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
         gen.set_state(state["generator"])
         torch.set_rng_state(state["rng"])
         history, done = state["history"], state["step"]
+        if (val_data is not None and done and (done % eval_every == 0 or done == steps)
+                and history["val_step"][-1:] != [done]):
+            # interrupted while validating the last finished step: validate it
+            # now (its own batches: the training batches are left as they were)
+            history["val_step"].append(done)
+            history["val_loss"].append(estimate_loss(
+                model, val_data, batch_size, block_size, eval_batches,
+                loss_fn=loss_fn))
 
     # the random states as they were when the last finished step ended: an
     # interrupted step has drawn its batch already, and must draw it again
@@ -292,10 +303,11 @@ def train(model: nn.Module, train_data, *, steps: int, batch_size: int,
                           "rng": torch.get_rng_state()}
             updating = False
             if val_data is not None and (step % eval_every == 0 or step == steps):
-                history["val_step"].append(step)
-                history["val_loss"].append(estimate_loss(
-                    model, val_data, batch_size, block_size, eval_batches,
-                    loss_fn=loss_fn))
+                val_loss = estimate_loss(model, val_data, batch_size,
+                                         block_size, eval_batches,
+                                         loss_fn=loss_fn)
+                history["val_step"].append(step)     # both, or neither
+                history["val_loss"].append(val_loss)
                 model.train()
             if bar is not None:
                 bar.update(1)
