@@ -143,11 +143,12 @@ solution = SUITE.solution
 
 
 def learner_table(swap=False, blocks=False, exponent="2i/d", first_position=0, multiply=False, base=10000,
-                  layout="T,d", dtype=torch.float32, position="t", degrees=False):
+                  layout="T,d", dtype=torch.float32, position="t", degrees=False, negative=False):
     """A learner's table, one entry at a time with math.sin, with the slip chosen by the keywords.
 
     exponent: "2i/d" (right), "i/d", "2j/d" (j the column), "j/d" (each column its own exponent), "2*i//d"
-    (integer division). position: "t" (right) or "t/T" (normalised). degrees: math.degrees on the angle.
+    (integer division), "2(i+1)/d" (pairs counted from 1), "(2i+1)/d" (both columns). position: "t" (right) or
+    "t/T" (normalised). degrees: math.degrees on the angle. negative: the angle -t·θ_i.
     """
     def sinusoidal_table(T, d):
         PE = torch.zeros(T, d, dtype=dtype)
@@ -157,8 +158,11 @@ def learner_table(swap=False, blocks=False, exponent="2i/d", first_position=0, m
                 t = t / T
             for j in range(d):
                 i = j % (d // 2) if blocks else j // 2
-                e = {"2i/d": 2 * i / d, "i/d": i / d, "2j/d": 2 * j / d, "j/d": j / d, "2*i//d": 2 * i // d}[exponent]
+                e = {"2i/d": 2 * i / d, "i/d": i / d, "2j/d": 2 * j / d, "j/d": j / d, "2*i//d": 2 * i // d,
+                     "2(i+1)/d": 2 * (i + 1) / d, "(2i+1)/d": (2 * i + 1) / d}[exponent]
                 angle = t * base ** e if multiply else t / base ** e
+                if negative:
+                    angle = -angle
                 if degrees:
                     angle = math.degrees(angle)
                 use_sin = (j < d // 2) if blocks else (j % 2 == 0)
@@ -701,6 +705,39 @@ def alibi_future_added(T, slopes):
     return -slopes[:, None, None] * (m - n) + torch.full((T, T), float("-inf"), dtype=slopes.dtype).triu(1)
 
 
+def _look_blocks(d, k, theta):
+    A = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        a = -k * theta(i)
+        A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
+                                                           dtype=torch.float64)
+    return A
+
+
+def look_t2t_spacing(d, k):
+    """tensor2tensor's frequencies, 10000^(-i/(d/2 - 1)): the peaks survive, the shift does not."""
+    return _look_blocks(d, k, lambda i: 10000 ** (-i / (d // 2 - 1)))
+
+
+def look_odd_exponent(d, k):
+    """Frequencies with the exponent (2i+1)/d."""
+    return _look_blocks(d, k, lambda i: 10000 ** (-(2 * i + 1) / d))
+
+
+def look_first_two_pairs(d, k):
+    """Pairs 0 and 1 turned, the others left alone: the runner-up key scores within 0.1 % of n = m - k."""
+    A = torch.eye(d, dtype=torch.float64)
+    A[:4, :4] = learner_look()(d, k)[:4, :4]
+    return A
+
+
+def look_weighted_pairs(d, k):
+    """M_{-k} with pair 0's block made larger: the scores still peak at m - k, but PE[m] A is not PE[m - k]."""
+    A = learner_look()(d, k).clone()
+    A[:2, :2] *= 1.5
+    return A
+
+
 def look_one_step_k_times(d, k):
     """Right: the one-position shift back, M_{-1}, multiplied k times (the identity for k = 0)."""
     return torch.linalg.matrix_power(learner_look()(d, 1), k)
@@ -734,6 +771,9 @@ WRONG = [
     ("sinusoidal_table", learner_table(exponent="i/d"), "the exponent is 2i/d, not i/d"),
     ("sinusoidal_table", learner_table(base=100), "the exponent is 2i/d, not i/d"),          # the same table
     ("sinusoidal_table", learner_table(first_position=1), "your rows start at position 1"),
+    ("sinusoidal_table", learner_table(exponent="2(i+1)/d"), "your pairs are counted from 1"),
+    ("sinusoidal_table", learner_table(exponent="(2i+1)/d"), "both columns of pair i use the exponent (2i+1)/d"),
+    ("sinusoidal_table", learner_table(negative=True), "your sines have the wrong sign"),
     ("sinusoidal_table", learner_table(multiply=True, dtype=torch.float64), "you multiplied t by 10000^(2i/d)"),
     ("sinusoidal_table", table_multiplied_float32, "the first pair (columns 0 and 1, frequency 1) is right"),
     ("sinusoidal_table", table_one_frequency, "// made the exponent 0"),
@@ -843,10 +883,15 @@ WRONG = [
     ("look_back_matrix", learner_look(steps=1, dtype=torch.float32, scale=2.0),
      "the query at m = 4 scores the key at n = 0 as high as the key at n = 1, or higher; your scores peak at "
      "n = m - k - 1. Hint: your k is off by one"),
-    ("look_back_matrix", look_only_the_fast_pair, "Build A from d/2 blocks of 2 x 2"),
+    ("look_back_matrix", look_only_the_fast_pair, "pair 1 of your A turns by 0 rad, where -k·θ_1 = -0.9487 rad. "
+                                                  "Hint: each pair i must turn by -k·θ_i"),
+    ("look_back_matrix", look_first_two_pairs, "pair 2 of your A turns by 0 rad"),
+    ("look_back_matrix", lambda d, k: look_base(d, k, 1000.0), "pair 1 of your A turns by -1.265 rad"),
+    ("look_back_matrix", look_t2t_spacing, "pair 1 of your A turns by -0.8048 rad"),
+    ("look_back_matrix", look_odd_exponent, "pair 0 of your A turns by -1.687 rad, where -k·θ_0 = -3 rad"),
+    ("look_back_matrix", look_weighted_pairs, "your scores do peak at n = m - k, but PE[m] @ A is not PE[m - k]"),
     ("look_back_matrix", look_torch_cos, "math.cos and math.sin take them"),
-    ("look_back_matrix", lambda d, k: look_base(d, k, 100000.0),
-     "for d = 16, k = 12: the query at m = 12 scores the key at n = 6 as high as the key at n = 0"),
+    ("look_back_matrix", lambda d, k: look_base(d, k, 100000.0), "pair 1 of your A turns by"),
     ("look_back_matrix", look_least_squares, "as high as the key at n = 4092, or higher. Hint: with A = M_{-k}"),
     ("look_back_matrix", look_pair_zero_alone, "the query at m = 3 scores the key at n = 710 as high as the key at "
                                                "n = 0"),

@@ -515,7 +515,16 @@ def params_without_b2(vocab_size, block_size, n_layer, d_model, tie_weights=True
     return total + (0 if tie_weights else vocab_size * d)
 
 
+def params_final_norm_gain_only(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+    """Every block right, the final layer norm counted as its gain alone (d_model)."""
+    d = d_model
+    block = 12 * d * d + 13 * d
+    head = 0 if tie_weights else vocab_size * d
+    return (vocab_size + block_size) * d + n_layer * block + d + head
+
+
 PARAMS_WRONG = [
+    (params_final_norm_gain_only, "the final layer norm ln_f has a gain AND a bias"),
     (params_without_b2, "each block is d_model short: one bias vector of width d_model is missing"),
     (params_kaplan, "12·n_layer·d_model² is Kaplan et al.'s estimate"),
     (learner_count(positions=False), "the position embeddings are missing"),
@@ -1323,6 +1332,16 @@ LIBRARY_ANSWERS = [
             head = 0 if tie_weights else vocab_size * d
             return (vocab_size + block_size) * d + n_layer * block_param_count(d) + 2 * d + head
         """, "tinyformer.blocks.block_param_count"),
+    ("gpt_params", """
+        import torch
+
+        def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+            d = d_model
+            block = torch.nn.TransformerEncoderLayer(d, 1, 4 * d)   # the same parameters as a GPT block
+            n_block = sum(p.numel() for p in block.parameters())
+            head = 0 if tie_weights else vocab_size * d
+            return (vocab_size + block_size) * d + n_layer * n_block + 2 * d + head
+        """, "torch.nn.TransformerEncoderLayer.__init__"),
     ("sample_tokens", """
         from tinyformer.sampling import generate as decode
 

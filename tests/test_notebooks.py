@@ -129,11 +129,26 @@ def test_stored_outputs_have_no_errors(path):
             assert cell.execution_count is not None, f"unexecuted cell in {path.name}: run `make execute`"
 
 
+#: Seconds the calibration workload (tools/nb.py, CALIBRATION: 20 pinned training steps) takes on the
+#: two-core AMD EPYC machine the budgets were set on. Derived, not timed there: chapter 6, the heaviest and
+#: like the workload all training, ran the same code with the same numerics (the same outputs but one digit)
+#: in 156.1 s there and 381.1 s on the Intel Xeon that made the current timings, whose calibration was 4.55 s:
+#: 4.55 · 156.1 / 381.1. Lighter chapters slow down less on that Xeon (chapter 7: 149.1 s against 186.2 s),
+#: so for them the conversion is generous: time chapters on the budget machine when one is at hand.
+BUDGET_CALIBRATION = 1.86
+
+
 def test_every_chapter_fits_its_cpu_budget():
+    """Three minutes a chapter and fifteen for all, in the seconds of the machine the budget was set on:
+    book/timings.json holds the times of the machine that made the stored outputs and that machine's
+    calibration time, and the two machines' calibrations convert one's seconds into the other's."""
     timings = json.loads((BOOK / "timings.json").read_text())
+    calibration = timings.pop("_calibration")
     assert set(timings) == {p.stem for p in NOTEBOOKS}
-    assert all(seconds < 180 for seconds in timings.values()), timings
-    assert sum(timings.values()) < 15 * 60
+    assert 0 < calibration < 60
+    scale = BUDGET_CALIBRATION / calibration         # this machine's seconds -> the budget machine's
+    assert all(seconds * scale < 180 for seconds in timings.values()), (scale, timings)
+    assert sum(timings.values()) * scale < 15 * 60
 
 
 # --- nothing stored depends on the last bits of a float -----------------------------------------

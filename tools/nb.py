@@ -3,7 +3,8 @@
     python tools/nb.py execute [book/NN-slug.md ...]   execute each chapter from its .md source,
                                                       write the paired .ipynb with outputs
                                                       (byte-identical on re-execution), record
-                                                      the run time in book/timings.json
+                                                      the run time in book/timings.json (with the
+                                                      time of a fixed workload, "_calibration")
     python tools/nb.py check-sync                      fail if any .md/.ipynb pair disagrees
     python tools/nb.py readers                         write the reader notebooks (notebooks/) and
                                                       the exercise notebooks (notebooks/exercises/)
@@ -82,6 +83,40 @@ def execute(md: Path, timeout: int = 600) -> float:
     return seconds
 
 
+# A fixed workload, run with the pinned numerics before the chapters: 20 training steps of a 4-layer
+# GPT. Its time says how fast the machine that made book/timings.json is, so that the chapters'
+# three-minute budget can be checked against the machine the budget was set on (tests/test_notebooks.py).
+CALIBRATION = """
+import time, torch, tinyformer
+from tinyformer.model import GPT, GPTConfig
+tinyformer.seed_everything(0)
+model = GPT(GPTConfig(vocab_size=128, block_size=128, n_layer=4, n_head=4, d_model=128))
+opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+gen = torch.Generator().manual_seed(0)
+def step():
+    x = torch.randint(0, 128, (16, 128), generator=gen)
+    loss = torch.nn.functional.cross_entropy(model(x)[:, :-1].reshape(-1, 128), x[:, 1:].reshape(-1))
+    opt.zero_grad(); loss.backward(); opt.step()
+for _ in range(3):
+    step()
+start = time.perf_counter()
+for _ in range(20):
+    step()
+print(time.perf_counter() - start)
+"""
+
+
+def calibrate(repeats: int = 3) -> float:
+    """Seconds the fixed workload takes here, pinned: the fastest of ``repeats`` runs."""
+    import subprocess
+
+    from tinyformer.setup import pinned_env
+
+    runs = [float(subprocess.run([sys.executable, "-c", CALIBRATION], env=pinned_env(), check=True,
+                                 capture_output=True, text=True).stdout) for _ in range(repeats)]
+    return round(min(runs), 2)
+
+
 def run_execute(paths: list[str]) -> int:
     targets = [Path(p).resolve() for p in paths] if paths else chapters()
     preface = [p for p in chapters() if p.name.startswith(PREFACE)]
@@ -89,6 +124,9 @@ def run_execute(paths: list[str]) -> int:
         targets = list(dict.fromkeys(targets + preface))
     targets.sort(key=lambda p: (p.name.startswith(PREFACE), p.name))  # the Preface last
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    if any(not p.name.startswith(PREFACE) for p in targets):  # the times below are this machine's
+        timings["_calibration"] = calibrate()
+        print(f"calibration: {timings['_calibration']:.2f} s", flush=True)
     for md in targets:
         if md.name.startswith(PREFACE):
             TIMINGS.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")

@@ -76,13 +76,15 @@ def sinusoidal_table_reference(T: int, d: int) -> torch.Tensor:
 
 
 def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divide=True, form="T,d", odd="cos",
-           unit="rad", last="kept"):
+           unit="rad", last="kept", sign=1):
     """The sinusoidal table with the mistakes named by the keywords; the defaults are right.
 
     first: "sin" (even columns sin) or "cos". layout: "interleaved" or "blocks" (all sines, then all
     cosines). exponent: "pair" (2i/d, i = j // 2, right), "column" (2j/d), "odd" (j/d: the odd
-    column's own exponent), "half" (i/d), "t2t" (i/(d/2 - 1), tensor2tensor's spacing) or "zero"
-    (2*i//d, integer division: 0 for every pair). start: the first position. divide: t / base^(...)
+    column's own exponent), "half" (i/d), "t2t" (i/(d/2 - 1), tensor2tensor's spacing), "zero"
+    (2*i//d, integer division: 0 for every pair), "from-one" (2(i+1)/d: pairs counted from 1) or
+    "pair-odd" ((2i+1)/d for both columns of pair i). sign: -1 turns the angles the other way. start: the
+    first position. divide: t / base^(...)
     (else t * base^(...)). form: "T,d", "d,T" (transposed) or "1,T,d" (a batch axis in front). odd:
     "cos", or "sin" (a copy-paste slip: sines in both columns of each pair). unit: "rad", or "deg"
     (the angles converted to degrees, math.degrees, before sin and cos). last: "kept", or "zero" (the
@@ -96,8 +98,8 @@ def _table(*, first="sin", layout="interleaved", exponent="pair", start=0, divid
         else:
             i, is_sin = j % (d // 2), j < d // 2
         power = {"pair": 2 * i / d, "column": 2 * j / d, "odd": j / d, "half": i / d, "t2t": i / (d // 2 - 1),
-                 "zero": 0 * i}[exponent]
-        angle = t / BASE ** power if divide else t * BASE ** power         # (T, d)
+                 "zero": 0 * i, "from-one": 2 * (i + 1) / d, "pair-odd": (2 * i + 1) / d}[exponent]
+        angle = sign * (t / BASE ** power if divide else t * BASE ** power)  # (T, d)
         if unit == "deg":
             angle = angle * (180 / math.pi)
         s, c = (angle.sin(), angle.cos()) if first == "sin" else (angle.cos(), angle.sin())
@@ -139,7 +141,18 @@ TABLE_NORMALISED = ("your positions are scaled into [0, 1] (t/T, or torch.linspa
 TABLE_LINSPACE = ("torch.linspace(0, T, T) puts T points on [0, T], both ends included, so it steps by T/(T - 1), "
                   "not 1: the positions are 0, 1, …, T - 1, torch.arange(T) (or torch.linspace(0, T - 1, T)).")
 
+TABLE_FROM_ONE = ("your pairs are counted from 1, θ_i = 1/10000^(2(i+1)/d): count them from 0, so that pair 0 "
+                  "(columns 0 and 1) turns 1 radian per position, sin t and cos t, and the last pair "
+                  "1/10000^((d-2)/d).")
+TABLE_PAIR_ODD = ("both columns of pair i use the exponent (2i+1)/d: it is 2i/d, θ_i = 1/10000^(2i/d), so pair 0 "
+                  "(columns 0 and 1) turns 1 radian per position.")
+TABLE_NEGATIVE = ("your sines have the wrong sign (the cosines are right): the angle is +t·θ_i, not -t·θ_i. Column "
+                  "2i is sin(t·θ_i), positive for a small t > 0.")
+
 TABLE_MISTAKES = [
+    (_table(exponent="from-one"), TABLE_FROM_ONE),
+    (_table(exponent="pair-odd"), TABLE_PAIR_ODD),
+    (_table(sign=-1), TABLE_NEGATIVE),
     (_table(first="cos"), "sines and cosines are swapped: the even columns 2i hold sin(t·θ_i) and the odd "
                           "columns 2i+1 cos(t·θ_i), so row 0 reads 0, 1, 0, 1, …"),
     (_table(layout="blocks"), TABLE_BLOCKS),
@@ -243,7 +256,7 @@ def _diagnose_table(cases, outputs, refs):
 register(Exercise(
     name="sinusoidal_table", number="4.1", function="sinusoidal_table", chapter=CHAPTER, args=("T", "d"),
     library_answers=("tinyformer.positions.sinusoidal_positions", "tinyformer.positions._angles",
-                     "tinyformer.positions.frequencies"),
+                     "tinyformer.positions.frequencies", "tinyformer.positions.rotate_pairs"),
     make_cases=_table_cases, reference=sinusoidal_table_reference,
     returns="the (T, d) table, a float32 or float64 tensor",
     exact_dtype=False, rtol=0.0, atol=TABLE_ATOL,
@@ -600,14 +613,9 @@ def _look_scores(d: int, A: torch.Tensor, queries: torch.Tensor) -> torch.Tensor
     return PE[queries] @ A.to(F64) @ PE.T                                # (queries, keys): query m, key n
 
 
-def _look_ok(case, A, ref) -> bool:
+def _look_peaks(d: int, k: int, A: torch.Tensor) -> bool:
     """Every query m >= k (0..63 and a few far ones) gives its highest score, over all 4,096 keys n
-    (later ones too: a statement about the scores, not the mask), to n = m - k, ahead of the next
-    best by a margin."""
-    d, k = case
-    if not (isinstance(A, torch.Tensor) and A.is_floating_point() and A.shape == (d, d)
-            and bool(torch.isfinite(A).all())):
-        return False
+    (later ones too: a statement about the scores, not the mask), to n = m - k."""
     queries = _look_queries(k)
     S = _look_scores(d, A, queries)                                      # (queries, keys)
     rows = torch.arange(len(queries))
@@ -616,6 +624,49 @@ def _look_ok(case, A, ref) -> bool:
     others[rows, queries - k] = -math.inf
     margin = 1e-6 * S.abs().max().clamp_min(1e-300)
     return bool((best > others.max(-1).values + margin).all())
+
+
+def _look_shifts(d: int, k: int, A: torch.Tensor) -> bool:
+    """PE[m] @ A = c·PE[m - k] for every query m (c > 0, the same for all): A moves the table k back."""
+    queries = _look_queries(k)
+    PE = sinusoidal_positions(LOOK_KEYS, d, dtype=F64)
+    moved, want = PE[queries] @ A.to(F64), PE[queries - k]               # (queries, d)
+    c = (moved * want).sum() / (want * want).sum()
+    return bool(c > 0) and bool(torch.allclose(moved, c * want, rtol=0.0, atol=1e-5 * float(c)))
+
+
+def _look_ok(case, A, ref) -> bool:
+    """A is a (d, d) matrix that moves every row of the table k positions back, PE[m] @ A = c·PE[m - k]
+    (checked at queries 0..63 and a few far ones), and every query's highest score, over all 4,096 keys,
+    is at n = m - k."""
+    d, k = case
+    if not (isinstance(A, torch.Tensor) and A.is_floating_point() and A.shape == (d, d)
+            and bool(torch.isfinite(A).all())):
+        return False
+    return _look_shifts(d, k, A) and _look_peaks(d, k, A)
+
+
+def _pair_angles(d: int, A: torch.Tensor) -> list[float] | None:
+    """The angle each 2 x 2 diagonal block turns by, if A is block diagonal with rotation blocks (of any
+    positive size); else None."""
+    A = A.to(F64)
+    blocks = torch.zeros_like(A)
+    angles = []
+    for i in range(d // 2):
+        block = A[2 * i:2 * i + 2, 2 * i:2 * i + 2]
+        blocks[2 * i:2 * i + 2, 2 * i:2 * i + 2] = block
+        (c, minus_s), (s, c2) = block.tolist()
+        if abs(c - c2) > 1e-5 * (abs(c) + abs(s)) or abs(s + minus_s) > 1e-5 * (abs(c) + abs(s)) or c == s == 0:
+            return None
+        angles.append(math.atan2(s, c))
+    if not torch.allclose(A, blocks, rtol=0.0, atol=1e-6 * float(A.abs().max())):
+        return None
+    return angles
+
+
+def _turn_gap(a: float, b: float) -> float:
+    """|a - b| on the circle."""
+    return abs(math.remainder(a - b, 2 * math.pi))
 
 
 def _look(*, angle="-k", exponent="pair"):
@@ -649,6 +700,10 @@ LOOK_WHERE = ("with A = M_{-k}, PE[m] @ A = PE[m - k] and the score PE[m - k]·P
               "4.2 with ω = θ_i = 10000^(-2i/d) and -k positions. Compare your angles with -k * frequencies(d): "
               "a wrong exponent or a missing minus sign shows there.")
 
+LOOK_PAIR = ("each pair i must turn by -k·θ_i with the table's own frequency θ_i = 10000^(-2i/d) (base 10000, "
+             "exponent 2i/d, i counted from 0), and every pair must turn: a pair at another rate, or left as it "
+             "is, no longer moves its part of the row k positions back.")
+
 LOOK_MISTAKES = [
     (_look(angle="+k"), LOOK_AHEAD),
     (_look(angle="0"), LOOK_SELF),
@@ -670,6 +725,19 @@ def _diagnose_look(cases, outputs, refs):
         hint = _loose_mistake(LOOK_MISTAKES, cases, [a.to(F64) for a in outputs], 1e-5)
         if hint is not None:                    # a known mistake, its blocks rounded to float32
             return f"wrong output. Hint: {hint}"
+        angles = _pair_angles(d, A)
+        if angles is not None:                  # rotation blocks: compare each pair's angle with -k·θ_i
+            thetas = [BASE ** (-2 * i / d) for i in range(d // 2)]
+            named_below = any(all(_turn_gap(a, sign * (k + step) * t) < 1e-5 for a, t in zip(angles, thetas))
+                              for sign in (1, -1) for step in (1, -1, 0)) or all(
+                abs(math.remainder(a, 2 * math.pi)) < 1e-5 for a in angles)  # ahead, off by one, none: by the peaks
+            i = next((i for i, (a, t) in enumerate(zip(angles, thetas)) if _turn_gap(a, -k * t) > 1e-5), None)
+            if i is not None and not named_below:
+                return (f"for d = {d}, k = {k}: pair {i} of your A turns by {angles[i]:.4g} rad, where -k·θ_{i} = "
+                        f"{math.remainder(-k * thetas[i], 2 * math.pi):.4g} rad. Hint: {LOOK_PAIR}")
+        if _look_peaks(d, k, A):
+            return (f"for d = {d}, k = {k}: your scores do peak at n = m - k, but PE[m] @ A is not PE[m - k] (nor a "
+                    f"multiple of it). Hint: {LOOK_WHERE}")
         queries = _look_queries(k)
         S = _look_scores(d, A, queries)                                  # (queries, keys)
         rows = torch.arange(len(queries))
@@ -697,16 +765,16 @@ def _diagnose_look(cases, outputs, refs):
 
 register(Exercise(
     name="look_back_matrix", number="4.6", function="look_back_matrix", chapter=CHAPTER, args=("d", "k"),
-    library_answers=("tinyformer.course.ch04.look_back_matrix_reference",),
+    library_answers=("tinyformer.course.ch04.look_back_matrix_reference", "tinyformer.positions.rotate_pairs"),
     make_cases=_look_cases, reference=look_back_matrix_reference,
-    returns="the (d, d) matrix A whose scores PE[m] A PE[n]ᵀ peak at n = m - k",
+    returns="the (d, d) matrix A with PE[m] A = PE[m - k], whose scores PE[m] A PE[n]ᵀ peak at n = m - k",
     exact_dtype=False, integers_for_floats=False, compare=_look_ok, mistakes=LOOK_MISTAKES,
     error_hints=[
         (TypeError, r"must be Tensor, not (float|int)",
          "θ_i and k are plain Python numbers here: math.cos and math.sin take them (torch.cos and torch.sin need "
          "tensors)."),
     ],
-    diagnose=safe_diagnosis(_diagnose_look), diagnose_hints=(LOOK_OFF_BY_ONE, LOOK_WHERE),
+    diagnose=safe_diagnosis(_diagnose_look), diagnose_hints=(LOOK_OFF_BY_ONE, LOOK_WHERE, LOOK_PAIR),
     generic_hint="PE[m] @ A should be PE[m - k]: reuse shift_matrix of Exercise 4.2 for each pair i, with "
                  "ω = θ_i and -k positions, and place the d/2 blocks on the diagonal of a (d, d) float64 matrix.",
 ))

@@ -376,18 +376,20 @@ def _params_cases(g):
 
 def _gpt_count(V, T, L, d, tied=True, *, tokens=True, positions=True, head="right", head_bias=False,
                biases=True, attention_biases=True, b_1=4, norms=True, block_norms=2, final_norm=True, norm_size=2,
-               w_o=True, d_ff=4, blocks="all", short_bias=0):
+               w_o=True, d_ff=4, blocks="all", short_bias=0, final_norm_size=None):
     """The GPT's count with the slips named by the keywords; the defaults are right. positions: True, False or
     "plus1" (block_size + 1 rows); head: "right", "always", "never" or "inverted" (counted when tied only);
     b_1: the FFN's first bias in units of d_model; block_norms: layer norms per block; short_bias: bias vectors
-    of width d_model left out of each block."""
+    of width d_model left out of each block; final_norm_size: the final norm's size in units of d_model (default
+    norm_size)."""
     f = d_ff * d
     attention = (4 if w_o else 3) * (d * d + (d if biases and attention_biases else 0))
     ffn = 2 * d * f + ((b_1 * d * d_ff // 4 + d) if biases else 0)
     lns = block_norms * norm_size * d if norms else 0
     block = attention + ffn + lns - short_bias * d
     n_blocks = L if blocks == "all" else 1
-    total = n_blocks * block + (norm_size * d if norms and final_norm else 0)
+    final_size = norm_size if final_norm_size is None else final_norm_size
+    total = n_blocks * block + (final_size * d if norms and final_norm else 0)
     total += (V * d if tokens else 0) + ({True: T, False: 0, "plus1": T + 1}[positions] * d)
     counts_head = {"right": not tied, "always": True, "never": False, "inverted": tied}[head]
     total += (V * d if counts_head else 0) + (V if head_bias is True or (head_bias == "untied" and not tied) else 0)
@@ -427,6 +429,8 @@ GPT_SLIPS = [
                         "bias of d_model numbers.", {"norms"}),
     (dict(final_norm=False), "the final layer norm is missing: a pre-norm GPT normalises the stream once more "
                              "after the last block (ln_f: a gain and a bias, 2·d_model).", {"norms"}),
+    (dict(final_norm_size=1), "the final layer norm ln_f has a gain AND a bias, 2·d_model numbers: you counted "
+                              "d_model for it (the blocks' norms are right).", {"norms"}),
     (dict(norm_size=1), "each layer norm has a gain AND a bias, 2·d_model numbers: you counted d_model per "
                         "norm.", {"norms"}),
     (dict(w_o=False), "attention has four projections: the output projection W_O (d_model², and its bias) is "
@@ -497,7 +501,10 @@ register(Exercise(
     library_answers=("tinyformer.model.gpt_param_count", "tinyformer.blocks.block_param_count",
                      "tinyformer.model.matmul_params", "tinyformer.model.kaplan_estimate",
                      "tinyformer.model.GPT", "tinyformer.blocks.TransformerStack",
-                     "tinyformer.blocks.TransformerBlock"),
+                     "tinyformer.blocks.TransformerBlock",
+                     # torch's own blocks: counting a module's parameters is building the model
+                     "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer",
+                     "torch.nn.TransformerEncoder", "torch.nn.Transformer"),
     make_cases=_params_cases, reference=gpt_params_reference, returns="the parameter count, an int",
     rtol=0.0, atol=0.0, compare=lambda case, out, ref: type(out) is int and out == ref,
     mistakes=GPT_MISTAKES,
