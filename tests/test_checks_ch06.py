@@ -289,6 +289,59 @@ def bpe_pieces_never_updated(pieces, n_merges):
     return out
 
 
+def bpe_string_replace(pieces, n_merges):
+    """d2l's merge_symbols: symbols joined by spaces, the pair replaced with str.replace."""
+    words = [" ".join(str(b) for b in p) for p in pieces]
+    out = []
+    for k in range(n_merges):
+        counts = Counter()
+        for w in words:
+            ids = w.split()
+            counts.update(zip(ids, ids[1:]))
+        if not counts:
+            break
+        a, b = min(counts, key=lambda p: (-counts[p], int(p[0]), int(p[1])))
+        out.append((int(a), int(b)))
+        words = [w.replace(f"{a} {b}", str(256 + k)) for w in words]
+    return out
+
+
+def merged_dropping_the_last(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def bpe_counts_updated_by_hand(pieces, n_merges):
+    """Counts once; after a merge deletes the pair and adds the new token's pairs, but never
+    takes away the pairs the merged ids made with their neighbours."""
+    words = [list(p) for p in pieces]
+    counts = Counter()
+    for w in words:
+        counts.update(zip(w, w[1:]))
+    out = []
+    for k in range(n_merges):
+        counts = Counter({p: c for p, c in counts.items() if c > 0})
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        out.append(pair)
+        del counts[pair]
+        new = 256 + k
+        words = [merged(w, pair, new) for w in words]
+        for w in words:
+            for p in zip(w, w[1:]):
+                if new in p:
+                    counts[p] += 1
+    return out
+
+
 def bpe_encodes_the_pieces(pieces, n_merges):
     """Takes the pieces for str."""
     return learner_bpe()([p.encode("utf-8") for p in pieces], n_merges)
@@ -314,6 +367,9 @@ BPE_WRONG = [
     (bpe_back_to_bytes, "a merged token's id (256 + k) does not fit in a byte"),
     (bpe_list_slices, "a pair must be hashable to be counted"),
     (bpe_encodes_the_pieces, "the pieces are bytes already"),
+    (bpe_string_replace, "merge token ids, not digits in a string"),
+    (learner_bpe(merge=merged_dropping_the_last), "your merge loses a piece's last id"),
+    (bpe_counts_updated_by_hand, "your counts are stale"),
     (learner_bpe(stop=False), "your function raised ValueError: min() arg is an empty sequence. Hint: stop early "
                               "when no piece holds a pair"),
     (learner_bpe(pick="sorted", stop=False), "raised IndexError: list index out of range. Hint: an index ran past "
@@ -392,6 +448,16 @@ def lr_float32(step, max_lr, warmup, total, min_lr=0.0):
     return min_lr + 0.5 * (max_lr - min_lr) * (1 + torch.cos(math.pi * progress))
 
 
+def lr_nanogpt(step, max_lr, warmup, total, min_lr=0.0):
+    """nanoGPT's get_lr, copied with it = step."""
+    if step < warmup:
+        return max_lr * (step + 1) / (warmup + 1)
+    if step > total:
+        return min_lr
+    ratio = (step - warmup) / (total - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+
+
 def lr_no_default(step, max_lr, warmup, total, min_lr):
     return learner_lr()(step, max_lr, warmup, total, min_lr)
 
@@ -412,6 +478,7 @@ LR_WRONG = [
     (learner_lr(decay="noam"), "the Noam schedule"),
     (learner_lr(decay="linear"), "yours decays linearly from max_lr to min_lr"),
     (learner_lr(returned="factor"), "you returned the multiplier of max_lr"),
+    (lr_nanogpt, "yours is nanoGPT's warm-up"),
     (lr_float32, "your rates are float32 numbers, about 7 digits right"),
     (learner_lr(warm="ratio first"), "raised ZeroDivisionError: division by zero. Hint: warmup may be 0, no warm-up"),
     (lr_no_default, "Hint: min_lr has a default"),
@@ -653,7 +720,10 @@ def test_the_bpe_cases_are_built_to_expose_the_mistakes():
         # 4: no merge; 5: the pieces run out of pairs before n_merges
         assert cases[4][1] == 0 and refs[4] == []
         assert len(refs[5]) == 7 < cases[5][1]
-        for case in cases[6:]:
+        # 6: str.replace on the ids written out matches "2 1" inside "12 1 2"; the pairs do not
+        assert refs[6] == [(2, 1), (1, 2), (12, 257)]
+        assert bpe_string_replace(pieces_of(cases[6]), 3) == [(2, 1), (1256, 2)]
+        for case in cases[7:]:
             pieces = pieces_of(case)
             assert 4 <= len(pieces) <= 12 and 1 <= case[1] <= 10
             assert 2 <= len(set(b for p in pieces for b in p) - {32}) <= 4 or len(set(b"".join(pieces))) <= 5

@@ -116,10 +116,26 @@ def test_encoding_compresses_and_common_words_become_tokens():
 def test_special_tokens_are_never_split():
     tok = BPETokenizer.train(RICH, 300, special_tokens=["<|endoftext|>"])
     eot = tok.special_tokens["<|endoftext|>"]
-    ids = tok.encode("the cat<|endoftext|>the dog")
+    ids = tok.encode("the cat<|endoftext|>the dog", allowed_special="all")
     assert ids.count(eot) == 1 and eot == 299
+    assert tok.encode("the cat<|endoftext|>the dog", allowed_special={"<|endoftext|>"}) == ids
     assert tok.decode(ids) == "the cat<|endoftext|>the dog"
     assert tok.token_bytes(eot) == b"<|endoftext|>"
+
+
+def test_special_token_text_in_ordinary_text_is_refused_unless_allowed():
+    tok = BPETokenizer.train(RICH, 300, special_tokens=["<|endoftext|>"])
+    eot = tok.special_tokens["<|endoftext|>"]
+    text = "a user quoting <|endoftext|> here"
+    with pytest.raises(ValueError, match="allowed_special"):
+        tok.encode(text)                                 # the default refuses it, as tiktoken does
+    plain = tok.encode(text, allowed_special="none")     # as ordinary bytes: no control token
+    assert eot not in plain and tok.decode(plain) == text
+    assert eot in tok.encode(text, allowed_special="all")
+    assert tok.encode("no special text here") == tok.encode("no special text here", allowed_special="all")
+    for bad in ("some", {"<|im_start|>"}, 3):
+        with pytest.raises(ValueError, match="allowed_special"):
+            tok.encode(text, allowed_special=bad)
 
 
 # --- files -----------------------------------------------------------------------------------------
@@ -132,7 +148,7 @@ def test_save_and_load_give_the_same_tokenizer(tmp_path):
     assert data["type"] == "bpe" and len(data["merges"]) == 43 and " the" in data["tokens"].values()
     again = BPETokenizer.load(path)
     for s in ODD_STRINGS + [TEXT]:
-        assert again.encode(s) == tok.encode(s)
+        assert again.encode(s, allowed_special="all") == tok.encode(s, allowed_special="all")
     char = CharTokenizer(TEXT)
     char.save(tmp_path / "char.json")
     assert CharTokenizer.load(tmp_path / "char.json").encode("the cat") == char.encode("the cat")

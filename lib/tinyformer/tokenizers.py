@@ -303,21 +303,51 @@ class BPETokenizer:
             self._cache[piece] = ids
         return ids
 
-    def encode(self, text: str) -> list[int]:
-        """The ids of ``text``: special tokens as themselves, the rest split
-        into pieces and each piece merged in the order the merges were
-        learned."""
+    def encode(self, text: str, allowed_special="none_raise") -> list[int]:
+        """The ids of ``text``: split into pieces, each piece merged by rank
+        (the earliest-learned merge among its adjacent pairs first, until
+        none applies).
+
+        ``allowed_special`` says what happens to a special token's text
+        (``"<|endoftext|>"``) inside ``text``: ``"none_raise"`` (the default,
+        as in tiktoken and minbpe) refuses it, so that text from a user or a
+        document cannot smuggle in a control token; ``"all"`` encodes it as
+        the special token; ``"none"`` encodes it as ordinary text; a set of
+        special tokens' texts allows those and refuses the others."""
         _check_text("text", text)
+        allowed = self._allowed(allowed_special)
         parts = (self._special_split.split(text) if self._special_split
                  else [text])
         out: list[int] = []
         for part in parts:
             if part in self.special_tokens:
-                out.append(self.special_tokens[part])
-                continue
+                if part in allowed:
+                    out.append(self.special_tokens[part])
+                    continue
+                if allowed_special != "none":
+                    raise ValueError(
+                        f"text contains the special token {part!r}; pass "
+                        f"allowed_special='all' (or a set naming it) to encode "
+                        f"it as the special token, or allowed_special='none' to "
+                        f"encode it as ordinary text")
             for piece in self._split.findall(part):
                 out.extend(self._encode_piece(piece))
         return out
+
+    def _allowed(self, allowed_special) -> set:
+        if allowed_special == "all":
+            return set(self.special_tokens)
+        if allowed_special in ("none", "none_raise"):
+            return set()
+        if isinstance(allowed_special, (set, frozenset, list, tuple)):
+            unknown = [s for s in allowed_special if s not in self.special_tokens]
+            if unknown:
+                raise ValueError(f"allowed_special names {unknown}, which are not "
+                                 f"special tokens of this tokenizer "
+                                 f"({sorted(self.special_tokens)})")
+            return set(allowed_special)
+        raise ValueError(f"allowed_special must be 'none_raise', 'all', 'none' or "
+                         f"a set of special tokens, got {allowed_special!r}")
 
     def decode(self, ids) -> str:
         """The text of ``ids`` (an inverse of :meth:`encode`). A sequence of

@@ -88,6 +88,8 @@ def _bpe_cases(g):
        wins, not the first counted (109, 110) nor the largest (122, 121); 3 merges.
     4. n_merges = 0: no merge.
     5. " hello", " hi", " hello", " ha": the pieces run out of pairs after 7 merges of the 20 asked.
+    6. bytes 12 1 2, 2 1, 2 1: merging by str.replace on the ids written out ("12 1 2" holds "2 1"
+       across the boundary of 12 and 1) gives (1256, 2) as merge 2 where the pairs give (1, 2); 3 merges.
 
     Then four random ones: 4-12 pieces of 1-7 bytes over a random alphabet of 2-4 byte values
     (a space in front of some), 1-10 merges.
@@ -99,6 +101,7 @@ def _bpe_cases(g):
         (_pieces("mn", "zy", "ba", "mn", "zy", "ba"), 3),
         (_pieces(" the", " cat", " the"), 0),
         (_pieces(" hello", " hi", " hello", " ha"), 20),
+        (_pieces(b"\x0c\x01\x02", b"\x02\x01", b"\x02\x01"), 3),
     ]
     for _ in range(4):
         size = _randint(g, 2, 4)
@@ -177,8 +180,28 @@ def _keep_second_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> li
     return [new_id if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair else x for i, x in enumerate(ids)]
 
 
+def _string_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """d2l's merge_symbols: the ids written as a string, the pair replaced as a substring, so that
+    "12 1 2" with (2, 1) becomes "1256 2" (the 2 that ends 12 taken for a token)."""
+    text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return [int(t) for t in text.split()]
+
+
+def _drop_last_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """``while i < len(ids) - 1``: a piece's last id is lost unless a match takes it."""
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
 def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recount=True, tie="smallest",
-         first_id=256, update=True):
+         first_id=256, update=True, stale=False):
     """BPE training with the mistakes named by the keywords; the defaults are right.
 
     join: the pieces joined into one sequence (pairs counted and merged across them). repeats:
@@ -187,7 +210,10 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
     recount: False counts once and takes the n_merges most frequent pairs. tie: "smallest"
     (right), "largest" or "first" (the first pair counted among the most frequent, as
     Counter.most_common and max(counts, key=counts.get) give). first_id: the first new id. merge may
-    also be "keep second" ([97, 98] -> [256, 98]); update: False leaves the pieces as they were.
+    also be "keep second" ([97, 98] -> [256, 98]), "string" (d2l's str.replace on the ids joined by
+    spaces) or "drop last" (a piece's last id lost); update: False leaves the pieces as they were.
+    stale: the pairs counted once, then after each merge the merged pair deleted and the new id's
+    pairs added, the neighbours' old pairs never taken away.
     """
     def wrong(pieces, n_merges):
         pieces = list(_fresh(pieces))
@@ -212,15 +238,23 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
             counts = counted()
             return sorted(counts, key=lambda p: (-counts[p], p))[:n_merges]
         merges = []
+        counts = counted()
         for k in range(n_merges):
-            counts = counted()
+            if not stale:
+                counts = counted()
+            counts = +counts                        # drop the pairs counted down to nothing
             if not counts:
                 break
             pair = best(counts)
             merges.append(pair)
-            step = {"overlapping": _overlapping_merge, "keep second": _keep_second_merge}.get(merge, _merge)
+            step = {"overlapping": _overlapping_merge, "keep second": _keep_second_merge,
+                    "string": _string_merge, "drop last": _drop_last_merge}.get(merge, _merge)
             if update:
                 words = [step(ids, pair, first_id + k) for ids in words]
+            if stale:
+                del counts[pair]
+                for ids in words:
+                    counts.update(p for p in zip(ids, ids[1:]) if first_id + k in p)
         return merges
     return wrong
 
@@ -256,6 +290,16 @@ BPE_ID_257 = ("the first merge makes token 256, the k-th merge 256 + k for k fro
 BPE_UNWEIGHTED = ("a piece that occurs several times counts that many times: count the pairs of every piece in "
                   "the list, repeats included. Yours counted each distinct piece once (a set or a dict of the "
                   "pieces?).")
+BPE_STRING = ("merge token ids, not digits in a string: joining the ids with spaces and calling str.replace (as "
+              "d2l's merge_symbols does) also matches across a token boundary. With pieces [12, 1, 2] and the "
+              "pair (2, 1), \"12 1 2\".replace(\"2 1\", \"256\") gives \"1256 2\": the 2 that ends 12 was taken for "
+              "a token. Scan the list of ints and compare (ids[i], ids[i + 1]) with the pair.")
+BPE_DROP_LAST = ("your merge loses a piece's last id: a loop `while i < len(ids) - 1` stops before the last "
+                 "position, so an id that no match took is never appended. Loop while i < len(ids) and test "
+                 "i + 1 < len(ids) before reading ids[i + 1].")
+BPE_STALE = ("your counts are stale: a merge also removes the pairs its two ids made with their neighbours "
+             "((a, x) and (y, b) around x y), and yours kept counting those. Count the pairs again after every "
+             "merge (or subtract the pairs of each changed piece before adding its new ones).")
 BPE_BYTES_PAIRS = ("your pairs hold bytes: a merge is a pair of token ids, ints such as (97, 98) for b'a' and "
                    "b'b' (a new token, 256 or more, has no single byte).")
 BPE_GENERIC = ("start each piece as list(piece), its byte values; for k = 0 … n_merges - 1: count the adjacent "
@@ -275,6 +319,9 @@ BPE_MISTAKES = [
     (_bpe(first_id=255), BPE_ID_255),
     (_bpe(first_id=257), BPE_ID_257),
     (_bpe(repeats=False), BPE_UNWEIGHTED),
+    (_bpe(merge="string"), BPE_STRING),
+    (_bpe(merge="drop last"), BPE_DROP_LAST),
+    (_bpe(stale=True), BPE_STALE),
 ]
 
 
@@ -441,8 +488,9 @@ def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape
         clamp=True, returns="lr"):
     """The schedule with the mistakes named by the keywords; the defaults are right.
 
-    warm: "linear" (right), "from 0" (max_lr·(step - 1)/warmup), "none" (max_lr throughout) or "sqrt"
-    (max_lr·√(step/warmup)). shift: the whole schedule evaluated at step - shift. decay_shift: the
+    warm: "linear" (right), "from 0" (max_lr·(step - 1)/warmup), "none" (max_lr throughout), "sqrt"
+    (max_lr·√(step/warmup)) or "nanogpt" (max_lr·(step + 1)/(warmup + 1), nanoGPT's, whose steps count
+    from 0). shift: the whole schedule evaluated at step - shift. decay_shift: the
     decay's progress counted from step - decay_shift. progress: "after warmup" (right) or "whole run"
     (step / total). shape: "half cosine" (right), "full cosine" (cos 2π·progress), "linear", "noam"
     (max_lr·√(warmup/step)) or "rising" (1 - cos). floor: "right", "zero" (min_lr ignored), "cosine
@@ -454,7 +502,8 @@ def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape
         low = 0.0 if floor in ("zero", "cosine only") else min_lr
         if warmup > 0 and step <= warmup:
             lr = {"linear": max_lr * step / warmup, "from 0": max_lr * (step - 1) / warmup, "none": max_lr,
-                  "sqrt": max_lr * math.sqrt(max(step, 0) / warmup)}[warm]
+                  "sqrt": max_lr * math.sqrt(max(step, 0) / warmup),
+                  "nanogpt": max_lr * (step + 1) / (warmup + 1)}[warm]
         elif clamp and step >= total:
             lr = min_lr if floor == "cosine only" else low
         else:
@@ -482,6 +531,9 @@ LR_NO_WARMUP = ("there is no warm-up in yours: during the first warmup steps the
                 "max_lr · step / warmup, from max_lr / warmup at step 1 to max_lr at step = warmup.")
 LR_SQRT_WARMUP = ("the warm-up is linear, max_lr · step / warmup: yours grows like max_lr · √(step / warmup), too "
                   "fast at first.")
+LR_NANOGPT = ("yours is nanoGPT's warm-up, max_lr · (it + 1) / (warmup + 1), written for steps counted from 0 "
+             "(it = 0 is the first). Here steps count from 1: step 1 gets max_lr / warmup and step = warmup "
+             "gets max_lr, so lr = max_lr · step / warmup.")
 LR_WHOLE_RUN = ("the cosine starts after the warm-up: progress = (step - warmup) / (total - warmup), 0 at the end "
                 "of the warm-up and 1 at total. Yours is step / total, so the decay does not start from max_lr.")
 LR_NO_MIN = ("the decay ends at min_lr, not at 0: lr = min_lr + ½ (max_lr - min_lr)(1 + cos(π · progress)), and "
@@ -514,6 +566,7 @@ LR_MISTAKES = [
     (_lr(shift=1), LR_SHIFTED),
     (_lr(warm="none"), LR_NO_WARMUP),
     (_lr(warm="sqrt"), LR_SQRT_WARMUP),
+    (_lr(warm="nanogpt"), LR_NANOGPT),
     (_lr(progress="whole run"), LR_WHOLE_RUN),
     (_lr(floor="zero"), LR_NO_MIN),
     (_lr(floor="cosine only"), LR_MIN_IN_COSINE),
