@@ -71,6 +71,19 @@ def test_pack_documents_separates_documents_with_end_of_text():
         pack_documents([], eot_id=0)
 
 
+def test_the_corpus_is_the_shipped_file_on_every_python():
+    import hashlib
+    import platform
+
+    from tinyformer import data
+
+    text = english_text()
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == data.ENGLISH_SHA256
+    assert 190_000 < len(text) < 210_000 and "\r" not in text
+    if platform.python_version() == "3.11.7":      # the release the file was extracted from
+        assert data.english_text_from_pydoc() == text
+
+
 def test_english_split_is_deterministic_and_disjoint():
     train_text, val_text = english_split()
     paragraphs = english_text().split("\n")

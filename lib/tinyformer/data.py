@@ -3,12 +3,16 @@
 Chapter 5 needs real English to decode from; Chapter 6 builds the rest of
 this module (a synthetic language, packing, batches).
 
-:func:`english_text` is the prose of the documentation that every CPython
-installation ships in ``pydoc_data`` (the text of ``help("assert")`` and the
-other topics): paragraphs of plain sentences, with the code examples, tables
-and headings left out, in a fixed order, so it is the same on every machine
-running the same Python. :func:`words` splits it into lower-case words and
-the two commonest punctuation marks.
+:func:`english_text` is the prose of the documentation that CPython ships
+in ``pydoc_data`` (the text of ``help("assert")`` and the other topics):
+paragraphs of plain sentences, with the code examples, tables and headings
+left out, in a fixed order. That text changes from one Python release to the
+next (3.12's is about 16 % longer in the validation half), so the library
+ships the extraction made from Python 3.11.7's ``pydoc_data``
+(``tinyformer/corpora/python-docs-3.11.txt``, Python Software Foundation
+License; :func:`english_text_from_pydoc` remakes it) and every Python, Colab's
+included, reads the same corpus. :func:`words` splits it into lower-case
+words and the two commonest punctuation marks.
 """
 
 from __future__ import annotations
@@ -32,9 +36,24 @@ def _is_prose(lines: list[str]) -> bool:
             and not any(re.search(r"[*=~^-]{3}", line) for line in lines))
 
 
+#: The corpus file shipped with the library, and its SHA-256 (tests/test_training.py checks both).
+ENGLISH_FILE = "python-docs-3.11.txt"
+ENGLISH_SHA256 = "3131f01b5836bd537cc48fdb52dc57a6f0a641a84650ef0afd31d92d9d8fa025"
+
+
 def english_text() -> str:
-    """The prose paragraphs of CPython's ``pydoc_data`` topics, one per line,
-    topics in alphabetical order (about 200,000 characters)."""
+    """The prose paragraphs of CPython 3.11's ``pydoc_data`` topics, one per
+    line, topics in alphabetical order (about 200,000 characters), read from
+    the copy shipped with the library, so that it is the same on every
+    Python version."""
+    from importlib import resources
+
+    return (resources.files("tinyformer") / "corpora" / ENGLISH_FILE).read_text(encoding="utf-8")
+
+
+def english_text_from_pydoc() -> str:
+    """:func:`english_text` extracted from this Python's own ``pydoc_data``
+    (the same text on Python 3.11; another on other releases)."""
     from pydoc_data import topics  # part of the standard library
 
     paragraphs = []
