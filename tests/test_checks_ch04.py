@@ -891,6 +891,8 @@ WRONG = [
     ("look_back_matrix", look_odd_exponent, "pair 0 of your A turns by -1.687 rad, where -k·θ_0 = -3 rad"),
     ("look_back_matrix", look_weighted_pairs, "your scores do peak at n = m - k, but PE[m] @ A is not PE[m - k]"),
     ("look_back_matrix", look_torch_cos, "math.cos and math.sin take them"),
+    ("look_back_matrix", lambda d, k: -learner_look()(d, k), "your A is a negative multiple of the shift"),
+    ("look_back_matrix", lambda d, k: learner_look(scale=-0.5)(d, k), "your A is a negative multiple of the shift"),
     ("look_back_matrix", lambda d, k: look_base(d, k, 100000.0), "pair 1 of your A turns by"),
     ("look_back_matrix", look_least_squares, "as high as the key at n = 4092, or higher. Hint: with A = M_{-k}"),
     ("look_back_matrix", look_pair_zero_alone, "the query at m = 3 scores the key at n = 710 as high as the key at "

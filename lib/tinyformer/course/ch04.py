@@ -700,6 +700,10 @@ LOOK_WHERE = ("with A = M_{-k}, PE[m] @ A = PE[m - k] and the score PE[m - k]·P
               "4.2 with ω = θ_i = 10000^(-2i/d) and -k positions. Compare your angles with -k * frequencies(d): "
               "a wrong exponent or a missing minus sign shows there.")
 
+LOOK_NEGATIVE = ("your A is a negative multiple of the shift: PE[m] @ A = -c·PE[m - k], so every score is turned "
+                 "upside down and is LOWEST at n = m - k. Each block is -R(-k·θ_i) = R(π - k·θ_i): drop the minus "
+                 "sign (the blocks are [[cos a, -sin a], [sin a, cos a]] with a = -k·θ_i, times a positive "
+                 "number if any).")
 LOOK_PAIR = ("each pair i must turn by -k·θ_i with the table's own frequency θ_i = 10000^(-2i/d) (base 10000, "
              "exponent 2i/d, i counted from 0), and every pair must turn: a pair at another rate, or left as it "
              "is, no longer moves its part of the row k positions back.")
@@ -725,6 +729,8 @@ def _diagnose_look(cases, outputs, refs):
         hint = _loose_mistake(LOOK_MISTAKES, cases, [a.to(F64) for a in outputs], 1e-5)
         if hint is not None:                    # a known mistake, its blocks rounded to float32
             return f"wrong output. Hint: {hint}"
+        if _look_shifts(d, k, -A):              # -c·M_{-k}: right angles, the sign of the whole matrix wrong
+            return f"for d = {d}, k = {k}: PE[m] @ A = -c·PE[m - k] with c > 0. Hint: {LOOK_NEGATIVE}"
         angles = _pair_angles(d, A)
         if angles is not None:                  # rotation blocks: compare each pair's angle with -k·θ_i
             thetas = [BASE ** (-2 * i / d) for i in range(d // 2)]
@@ -774,7 +780,7 @@ register(Exercise(
          "θ_i and k are plain Python numbers here: math.cos and math.sin take them (torch.cos and torch.sin need "
          "tensors)."),
     ],
-    diagnose=safe_diagnosis(_diagnose_look), diagnose_hints=(LOOK_OFF_BY_ONE, LOOK_WHERE, LOOK_PAIR),
+    diagnose=safe_diagnosis(_diagnose_look), diagnose_hints=(LOOK_OFF_BY_ONE, LOOK_WHERE, LOOK_PAIR, LOOK_NEGATIVE),
     generic_hint="PE[m] @ A should be PE[m - k]: reuse shift_matrix of Exercise 4.2 for each pair i, with "
                  "ω = θ_i and -k positions, and place the d/2 blocks on the diagonal of a (d, d) float64 matrix.",
 ))

@@ -33,10 +33,10 @@ def next_token_loss(model: nn.Module, inputs: torch.Tensor,
 
 def train(model: nn.Module, make_batch, steps: int, lr: float = 1e-2,
           seed: int = 1, progress: bool = False,
-          loss_fn=None) -> list[float]:
-    """Adam on a fresh batch ``make_batch(generator)`` →
-    ``(inputs, targets)`` at every step, minimising
-    ``loss_fn(model, *batch)`` (default: :func:`next_token_loss`).
+          loss_fn=None, betas=(0.9, 0.999)) -> list[float]:
+    """Adam (with ``betas``, torch's defaults unless given) on a fresh batch
+    ``make_batch(generator)`` → ``(inputs, targets)`` at every step,
+    minimising ``loss_fn(model, *batch)`` (default: :func:`next_token_loss`).
 
     The generator is a CPU ``torch.Generator`` seeded with ``seed``, so the
     batches are the same on every device; they are moved to the model's
@@ -49,7 +49,7 @@ def train(model: nn.Module, make_batch, steps: int, lr: float = 1e-2,
             and lr > 0):
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     device = next(model.parameters()).device
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=tuple(betas))
     losses = []
     if progress:
         # imported only when asked: without ipywidgets, tqdm.auto warns as
