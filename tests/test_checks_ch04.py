@@ -387,6 +387,18 @@ def learner_rope(layout="pairs", sign=1, use_offset=True, first_position=0, expo
     return rope
 
 
+def rope_table_sliced_at_the_offset(x, offset=0):
+    """The cache slip: a table of angles for positions 0 … T - 1, sliced at [offset:offset + T]."""
+    T, d = x.shape[-2], x.shape[-1]
+    freqs = 10000 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)             # (d/2,)
+    angles = (torch.arange(T, dtype=x.dtype)[:, None] * freqs)[offset:offset + T]
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = a * angles.cos() - b * angles.sin()
+    out[..., 1::2] = a * angles.sin() + b * angles.cos()
+    return out
+
+
 def rope_rotate_half(x, offset=0):
     """Hugging Face's Llama code: cos/sin of (T, d) built from cat(freqs, freqs), and rotate_half (float32 freqs)."""
     T, d = x.shape[-2], x.shape[-1]
@@ -546,6 +558,15 @@ def learner_look(sign=-1, angle="k*theta", scale=1.0, dtype=torch.float64, steps
                                                                         [math.sin(a), math.cos(a)]])
         return A
     return look_back_matrix
+
+
+def look_blocks_at_i(d, k):
+    """Block i written at A[i:i+2, i:i+2] (the 2·i forgotten)."""
+    A = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        a = -k * 10000 ** (-2 * i / d)
+        A[i:i + 2, i:i + 2] = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+    return A
 
 
 def look_from_numpy_rotations(d, k):
@@ -760,7 +781,30 @@ def rope_written_back_with_cat(x, offset=0):
     return torch.cat((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), dim=-1)
 
 
+def table_without_parentheses(T, d):
+    """10000 ** 2 * i / d written without parentheses around the exponent: 10000 ** (2 * i) / d."""
+    PE = torch.zeros(T, d, dtype=torch.float64)
+    for t in range(T):
+        for i in range(d // 2):
+            angle = t / 10000 ** (2 * i) / d
+            PE[t, 2 * i], PE[t, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return PE
+
+
+
+def table_negative_power_unparenthesised(T, d):
+    """θ_i as 10000 ** -2 * i / d, the exponent without parentheses: (10000 ** -2) * i / d."""
+    t = torch.arange(T, dtype=torch.float64)[:, None]
+    i = torch.arange(d // 2, dtype=torch.float64)
+    angles = t * (10000 ** -2 * i / d)                                        # (T, d/2)
+    PE = torch.empty(T, d, dtype=torch.float64)
+    PE[:, 0::2], PE[:, 1::2] = angles.sin(), angles.cos()
+    return PE
+
+
 WRONG = [
+    ("sinusoidal_table", table_without_parentheses, "operator precedence"),
+    ("sinusoidal_table", table_negative_power_unparenthesised, "Yours computed 10000 ** -2 * i / d"),
     ("sinusoidal_table", learner_table(swap=True), "sines and cosines are swapped"),
     ("sinusoidal_table", learner_table(blocks=True), "This book interleaves them"),
     ("sinusoidal_table", table_blocks_tensor2tensor, "with other frequencies than θ_i = 1/10000^(2i/d) as well. "
@@ -837,6 +881,7 @@ WRONG = [
     ("rope", rope_rotate_half, "wrong output (and float32 rounding: build the positions and frequencies with "
                                "dtype=x.dtype). Hint: you paired x[i] with x[i + d/2]"),
     ("rope", learner_rope(sign=-1), "your pairs turn the wrong way"),
+    ("rope", rope_table_sliced_at_the_offset, "build it from torch.arange(offset, offset + T)"),
     ("rope", rope_written_back_with_cat, "you wrote the results back as all the first coordinates"),
     ("rope", rope_turned_one_after_the_other, "compute both coordinates from the original a and b"),
     ("rope", rope_views_of_the_output, "compute both coordinates from the original a and b"),
@@ -892,6 +937,7 @@ WRONG = [
     ("look_back_matrix", look_weighted_pairs, "your scores do peak at n = m - k, but PE[m] @ A is not PE[m - k]"),
     ("look_back_matrix", look_torch_cos, "math.cos and math.sin take them"),
     ("look_back_matrix", lambda d, k: -learner_look()(d, k), "your A is a negative multiple of the shift"),
+    ("look_back_matrix", look_blocks_at_i, "block i starts at row and column 2i"),
     ("look_back_matrix", lambda d, k: learner_look(scale=-0.5)(d, k), "your A is a negative multiple of the shift"),
     ("look_back_matrix", lambda d, k: look_base(d, k, 100000.0), "pair 1 of your A turns by"),
     ("look_back_matrix", look_least_squares, "as high as the key at n = 4092, or higher. Hint: with A = M_{-k}"),

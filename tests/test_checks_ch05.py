@@ -211,6 +211,40 @@ def learner_nucleus(rule="front<p", descending=True, temperature_at="start", ren
     return nucleus_probs
 
 
+def nucleus_logits_times_mask(logits, top_p, temperature=1.0):
+    """The keep mask multiplied into the logits: 0, not -inf, outside the nucleus."""
+    z = logits / temperature
+    probs, order = torch.sort(F.softmax(z, dim=-1), dim=-1, descending=True)
+    keep_sorted = probs.cumsum(-1) - probs < top_p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return F.softmax(z * keep, dim=-1)
+
+
+def nucleus_temperature_for_the_cut_only(logits, top_p, temperature=1.0):
+    probs = F.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return F.softmax(logits.masked_fill(~keep, -math.inf), dim=-1)   # the untempered logits
+
+
+def nucleus_sorted_mask_on_vocab(logits, top_p, temperature=1.0):
+    z = logits / temperature
+    sorted_probs, _ = torch.sort(F.softmax(z, dim=-1), dim=-1, descending=True)
+    keep = sorted_probs.cumsum(-1) - sorted_probs < top_p             # in sorted order, never put back
+    return F.softmax(z.masked_fill(~keep, -math.inf), dim=-1)
+
+
+def nucleus_with_a_tolerance(tolerance):
+    def nucleus_probs(logits, top_p, temperature=1.0):
+        z = logits / temperature
+        sorted_probs, order = torch.sort(F.softmax(z, dim=-1), dim=-1, descending=True)
+        keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p - tolerance   # "to be safe"
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        return F.softmax(z.masked_fill(~keep, -math.inf), dim=-1)
+    return nucleus_probs
+
+
 def nucleus_hugging_face(logits, top_p, temperature=1.0):
     """transformers' TopPLogitsWarper: sort ascending, remove the tokens whose cumulative probability
     (from the least likely) is <= 1 - top_p, always keep the most likely one (right)."""
@@ -393,6 +427,11 @@ def nucleus_strict_first_forced(logits, top_p, temperature=1.0):
 
 
 NUCLEUS_WRONG = [
+    (nucleus_logits_times_mask, "e^0 is not 0"),
+    (nucleus_temperature_for_the_cut_only, "returned untempered probabilities"),
+    (nucleus_sorted_mask_on_vocab, "your keep mask is in sorted order"),
+    (nucleus_with_a_tolerance(1e-3), "your boundary has a tolerance"),
+    (nucleus_with_a_tolerance(1e-4), "your boundary has a tolerance"),
     (nucleus_softmax_again, "you took a softmax of the kept probabilities"),
     (nucleus_temperature_on_probs, "you divided the probabilities by temperature, not the logits"),
     (nucleus_strict_first_forced, "yours stops one token early (cumulative < top_p)"),
@@ -662,21 +701,30 @@ def learner_sampler(*, crop="last", logits_at=-1, keepdim=False, temperature_op=
                 next_id[active] = torch.multinomial(probs[active], num_samples=1, generator=gen)
             else:
                 next_id = torch.multinomial(probs, num_samples=1, generator=gen)
-            if uses_eos and eos != "ignore":
+            if uses_eos and eos == "item":                          # nanoGPT's B = 1 habit
+                if next_id.item() == eos_id:
+                    break
+            elif uses_eos and eos == "reassigned":
+                finished = next_id == eos_id                         # this step's rows only
+            elif uses_eos and eos != "ignore":
                 if eos == "where":
                     next_id = torch.where(finished, eos_id, next_id)
+                elif eos == "pad-zero":
+                    next_id = next_id.masked_fill(finished, 0)
                 elif eos != "keep-sampling":
                     next_id = next_id.masked_fill(finished, eos_id)
                 if eos == "flat-inplace":
                     finished |= next_id == eos_id
                 else:
                     finished = finished | (next_id == eos_id)
+            if uses_eos and stop == "before-append" and finished.all():
+                break
             if squeeze:
                 next_id = next_id.squeeze(-1)
             if as_float:
                 next_id = next_id.float()
             idx = torch.cat((next_id, idx) if prepend else (idx, next_id), dim=cat_dim)
-            if uses_eos and eos != "ignore" and ((stop == "all" and finished.all()) or
+            if uses_eos and eos not in ("ignore", "item") and ((stop == "all" and finished.all()) or
                                                  (stop == "any" and finished.any())):
                 break
         if returned == "mask":
@@ -755,6 +803,10 @@ SAMPLE_TUPLE = ("returned a tuple of 2 items; return only the int64 token ids, t
                 "the finished mask).")
 
 SAMPLE_WRONG = [
+    (learner_sampler(eos="item"), "a B = 1 habit"),
+    (learner_sampler(eos="pad-zero"), "a finished row is padded with eos_id, not 0"),
+    (learner_sampler(eos="reassigned"), "your finished mask forgets"),
+    (learner_sampler(stop="before-append"), "you stopped before appending the token that finished the last row"),
     (learner_sampler(crop="none"), "crop the context to the LAST block_size tokens before each call"),
     (learner_sampler(crop="first"), "you cropped to the FIRST block_size tokens"),
     (learner_sampler(crop="token"), "you fed the model the last token alone"),
@@ -853,7 +905,15 @@ def cycle_three_wide(n):
     return E, 100 * torch.roll(E, 1, dims=0).T
 
 
+def cycle_linspace(n):
+    """torch.linspace(0, 2π, n): both ends included, so tokens 0 and n - 1 coincide."""
+    theta = torch.linspace(0, 2 * math.pi, n, dtype=torch.float64)
+    E = torch.stack([theta.cos(), theta.sin()], dim=1)
+    return E, 100 * torch.roll(E, 1, dims=0).T
+
+
 CYCLE_WRONG = [
+    (cycle_linspace, "tokens 0 and n - 1 sit on the same point of the circle"),
     (learner_cycle(tied=True, scale=1.0), "for n = 3, token 0 gives token 1 a probability of 0.154 (0.9 needed); "
                                           "its likeliest next token is 0, itself. Hint: your model predicts each "
                                           "token itself, as the tied choice W_U = Eᵀ does"),
@@ -1383,9 +1443,49 @@ LIBRARY_ANSWERS = [
                     break
             return idx
         """, "tinyformer.sampling.next_token_distribution"),
+    ("gpt_params", """
+        import torch
+
+        def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+            d = d_model
+            with torch.device("meta"):   # one block's layers, torch's own, counted
+                layers = [torch.nn.MultiheadAttention(d, 1), torch.nn.Linear(d, 4 * d),
+                          torch.nn.Linear(4 * d, d), torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)]
+            n_block = sum(p.numel() for layer in layers for p in layer.parameters())
+            head = 0 if tie_weights else vocab_size * d
+            return (vocab_size + block_size) * d + n_layer * n_block + 2 * d + head
+        """, "torch.nn.MultiheadAttention.__init__"),
+    ("gpt_params", """
+        from tinyformer.attention import MultiHeadAttention
+        from tinyformer.blocks import FeedForward, LayerNorm
+
+        def gpt_params(vocab_size, block_size, n_layer, d_model, tie_weights=True):
+            d = d_model
+            layers = [MultiHeadAttention(d, 1), FeedForward(d), LayerNorm(d), LayerNorm(d)]
+            n_block = sum(p.numel() for layer in layers for p in layer.parameters())
+            head = 0 if tie_weights else vocab_size * d
+            return (vocab_size + block_size) * d + n_layer * n_block + 2 * d + head
+        """, "tinyformer.blocks.FeedForward.__init__"),
     ("cycle_weights", """
         from tinyformer.course.ch05 import cycle_weights_reference as cycle_weights
         """, "tinyformer.course.ch05.cycle_weights_reference"),
+    ("cycle_weights", """
+        import torch
+        import torch.nn.functional as F
+
+        def cycle_weights(n):
+            gen = torch.Generator().manual_seed(0)
+            E = torch.randn(n, 2, generator=gen, requires_grad=True)
+            W_U = torch.randn(2, n, generator=gen, requires_grad=True)
+            opt = torch.optim.Adam([E, W_U], lr=0.1)
+            tokens = torch.arange(n)
+            for _ in range(400):
+                loss = F.cross_entropy(E[tokens] @ W_U, (tokens + 1) % n)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            return E.detach(), W_U.detach()
+        """, "torch.optim.Adam.step"),
 ]
 
 

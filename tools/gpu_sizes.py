@@ -1,6 +1,6 @@
 """Chapter 6's main run at several sizes on a GPU: time and validation loss.
 
-    python tools/gpu_sizes.py [NAME ...]      (on a machine with a CUDA GPU)
+    python tools/gpu_sizes.py [--out PATH] [NAME ...]      (on a machine with a CUDA GPU)
 
 Trains the chapter's GPT on the chapter's corpus (BPE with 512 tokens, every
 tenth paragraph held out) at each size below, with the chapter's schedule
@@ -87,18 +87,13 @@ def measure(name, bpe, train_ids, val_ids) -> dict:
             "curve": [(s, round(v, 3)) for s, v in zip(h["val_step"], val)]}
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], out: Path = OUT) -> None:
     if not torch.cuda.is_available():
         sys.exit("tools/gpu_sizes.py measures GPU runs: no CUDA GPU here")
     unknown = sorted(set(names) - set(RUNS))
     if unknown:
         sys.exit(f"unknown runs {unknown}; choose from {sorted(RUNS)}")
     bpe, train_ids, val_ids = corpus()
-    runs = []
-    for name in names or RUNS:
-        runs.append(measure(name, bpe, train_ids, val_ids))
-        print(json.dumps({k: v for k, v in runs[-1].items() if k != "curve"}),
-              flush=True)
     doc = {"what": "chapter 6's main run at several sizes on the chapter's corpus "
                    "(BPE-512, every 10th paragraph held out), AdamW, cosine decay, 50 "
                    "warm-up steps, bf16 autocast; seconds include validation every "
@@ -106,11 +101,19 @@ def main(names: list[str]) -> None:
            "made_by": "tools/gpu_sizes.py", "date": date.today().isoformat(),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "python": platform.python_version(),
-           "train_tokens": len(train_ids), "val_tokens": len(val_ids), "runs": runs}
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {OUT}")
+           "train_tokens": len(train_ids), "val_tokens": len(val_ids), "runs": []}
+    out.parent.mkdir(exist_ok=True)
+    for name in names or RUNS:
+        doc["runs"].append(measure(name, bpe, train_ids, val_ids))
+        print(json.dumps({k: v for k, v in doc["runs"][-1].items() if k != "curve"}),
+              flush=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")   # after every run: nothing lost
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    path = OUT
+    if args[:1] == ["--out"]:
+        path, args = Path(args[1]), args[2:]
+    main(args, path)

@@ -149,7 +149,24 @@ TABLE_PAIR_ODD = ("both columns of pair i use the exponent (2i+1)/d: it is 2i/d,
 TABLE_NEGATIVE = ("your sines have the wrong sign (the cosines are right): the angle is +t·θ_i, not -t·θ_i. Column "
                   "2i is sin(t·θ_i), positive for a small t > 0.")
 
+def _table_precedence(kind: str):
+    """Two operator-precedence slips: "over d" computes t / 10000 ** (2 * i) / d (the exponent 2i, then a
+    division by d), "power first" t * (10000 ** -2 * i / d) (10000^-2, times i, over d)."""
+    def wrong(T, d):
+        t = torch.arange(T, dtype=F64)[:, None]                             # (T, 1)
+        j = torch.arange(d, dtype=F64)
+        i = torch.div(j, 2, rounding_mode="floor")
+        angle = t / BASE ** (2 * i) / d if kind == "over d" else t * (BASE ** -2 * i / d)
+        return torch.where(j % 2 == 0, angle.sin(), angle.cos())           # (T, d)
+    return wrong
+
+
+TABLE_PRECEDENCE = ("operator precedence: ** binds tighter than * and /, so write the exponent in parentheses, "
+                    "10000 ** (2 * i / d). Yours computed {}, another number.")
+
 TABLE_MISTAKES = [
+    (_table_precedence("over d"), TABLE_PRECEDENCE.format("10000 ** (2 * i) / d")),
+    (_table_precedence("power first"), TABLE_PRECEDENCE.format("10000 ** -2 * i / d")),
     (_table(exponent="from-one"), TABLE_FROM_ONE),
     (_table(exponent="pair-odd"), TABLE_PAIR_ODD),
     (_table(sign=-1), TABLE_NEGATIVE),
@@ -564,9 +581,11 @@ register(Exercise(
     rtol=1e-9, atol=ROPE_ATOL, mistakes=ROPE_MISTAKES,
     error_hints=[
         (RuntimeError, r"must match the size of tensor",
-         "the (T, d/2) table of angles does not line up with x: T is x.shape[-2] (x may have batch and head axes "
-         "in front, (..., T, d)), the pairs run along the last axis, and the table broadcasts over the leading "
-         "axes."),
+         "the (T, d/2) table of angles does not line up with x: it needs one row per position of x, offset to "
+         "offset + T - 1, so build it from torch.arange(offset, offset + T) (a table built for positions 0 to "
+         "T - 1 and then sliced at [offset:offset + T] comes out short). T is x.shape[-2] (x may have batch and "
+         "head axes in front, (..., T, d)), the pairs run along the last axis, and the table broadcasts over the "
+         "leading axes."),
         (TypeError, r"takes 1 positional argument but 2 were given",
          "rope takes the offset as its second argument, rope(x, offset=0): row t is at position offset + t."),
         (TypeError, r"missing 1 required positional argument",
@@ -669,14 +688,16 @@ def _turn_gap(a: float, b: float) -> float:
     return abs(math.remainder(a - b, 2 * math.pi))
 
 
-def _look(*, angle="-k", exponent="pair"):
-    """A block-diagonal A with the mistakes named by the keywords; the defaults are right."""
+def _look(*, angle="-k", exponent="pair", at="2i"):
+    """A block-diagonal A with the mistakes named by the keywords; the defaults are right. at: "2i" (right:
+    block i at rows and columns 2i, 2i+1) or "i" (A[i:i+2, i:i+2], the blocks overlapping)."""
     def wrong(d, k):
         A = torch.zeros(d, d, dtype=F64)
         for i in range(d // 2):
             theta = BASE ** (-{"pair": 2 * i / d, "column": 4 * i / d}[exponent])
             shift = {"-k": -k * theta, "+k": k * theta, "k": -float(k), "0": 0.0}[angle]
-            A[2 * i:2 * i + 2, 2 * i:2 * i + 2] = _rotation(shift)
+            r = 2 * i if at == "2i" else i
+            A[r:r + 2, r:r + 2] = _rotation(shift)
         return A
     return wrong
 
@@ -716,6 +737,8 @@ LOOK_MISTAKES = [
                        "where m - k is."),
     (_look(exponent="column"), "your frequencies came from the column index, 10000^(-2·2i/d): pair i of the table "
                                "turns at θ_i = 10000^(-2i/d), and its block must turn at the same rate."),
+    (_look(at="i"), "block i starts at row and column 2i, A[2*i:2*i + 2, 2*i:2*i + 2]: yours starts at i, so the "
+                    "blocks overlap and each overwrites half of the one before."),
 ]
 
 

@@ -136,7 +136,10 @@ def _nucleus_cases(g):
     4. the same logits at temperature 2: it grows (2 -> 3 tokens in row 0).
     5. top_p = 1: every token (at temperature 0.7).
     6. a small top_p: the top token alone.
-    7. a 3-D (2, 3, V) case; then 2-D cases and a 1-D one, random.
+    7. probabilities 0.2, 0.4, 0.10005, 0.29995 and top_p 0.7: the mass in front of the third most
+       likely token is 0.69995, just under top_p, so the nucleus holds 3 (a tolerance, before <
+       top_p - 1e-4, drops it).
+    8. a 3-D (2, 3, V) case; then 2-D cases and a 1-D one, random.
     """
     rows_a = [[0.12, 0.45, 0.04, 0.33, 0.06], [0.22, 0.07, 0.16, 0.40, 0.15]]
     rows_t = [[0.05, 0.25, 0.45, 0.10, 0.15], [0.28, 0.10, 0.30, 0.12, 0.20]]
@@ -149,6 +152,7 @@ def _nucleus_cases(g):
         (_logits_of([0.1, 0.35, 0.2, 0.3, 0.05], [0.4, 0.15, 0.25, 0.08, 0.12], [0.3, 0.1, 0.26, 0.2, 0.14]), 1.0,
          0.7),
         (_logits_of([0.14, 0.04, 0.5, 0.22, 0.1], [0.2, 0.3, 0.15, 0.25, 0.1], shift=-1.1), 0.05, 1.0),
+        (_logits_of([0.2, 0.4, 0.10005, 0.29995], shift=0.6)[0], 0.7, 1.0),
     ]
     shapes = [(2, 3, _randint(g, 5, 9)), (_randint(g, 2, 4), _randint(g, 6, 12)),
               (_randint(g, 2, 4), _randint(g, 6, 12)), (_randint(g, 5, 12),)]
@@ -170,20 +174,26 @@ def _nucleus(*, keep="before<p", order="descending", cumulate="probs", temperatu
              back="scatter", output="probs", dim=-1):
     """Top-p filtering with the mistakes named by the keywords; the defaults are right.
 
-    keep: which sorted tokens stay: "before<p" (right: the mass in front is < p), "before<=p" (a
+    keep: which sorted tokens stay: "before<p" (right: the mass in front is < p), "before<p-tol" (with a
+    tolerance of 1e-3 below p), "before<=p" (a
     nucleus that reaches p exactly goes on), "cum<=p" (the crossing token excluded, possibly no token
     at all), "cum<=p,top" (the same, the top token always kept). order: "descending" or "ascending".
     cumulate: "probs" (sorted), "logits" (the sorted logits added up) or "vocab" (the probabilities
     in vocabulary order, unsorted). temperature: "first" (right), "after" (the nucleus chosen at
-    temperature 1, the kept logits divided afterwards), "ignored", "multiplied". renormalise: False
-    returns the full softmax's probabilities of the kept tokens. back: "scatter" (right), "none"
-    (left in sorted order) or "gather" (un-sorted with gather: the permutation applied twice).
+    temperature 1, the kept logits divided afterwards), "ignored", "multiplied", "nucleus only" (the
+    nucleus chosen at the temperature, the output untempered). renormalise: False returns the full
+    softmax's probabilities of the kept tokens; "zero logits" the softmax of the logits with 0 outside
+    the nucleus. back: "scatter" (right), "none" (left in sorted order), "gather" (un-sorted with
+    gather: the permutation applied twice) or "mask only" (the sorted keep mask applied to the
+    probabilities in vocabulary order).
     output: "probs" or "mask" (the keep mask as 0.0 / 1.0). dim: the softmax axis.
     """
     def wrong(logits, top_p, temperature_=1.0):
         t = temperature_
-        t_nucleus = {"first": t, "after": 1.0, "ignored": 1.0, "multiplied": 1.0 / t, "probs": 1.0}[temperature]
-        t_final = {"first": t, "after": t, "ignored": 1.0, "multiplied": 1.0 / t, "probs": 1.0}[temperature]
+        t_nucleus = {"first": t, "after": 1.0, "ignored": 1.0, "multiplied": 1.0 / t, "probs": 1.0,
+                     "nucleus only": t}[temperature]
+        t_final = {"first": t, "after": t, "ignored": 1.0, "multiplied": 1.0 / t, "probs": 1.0,
+                   "nucleus only": 1.0}[temperature]
         z = logits / t_nucleus                                                  # (..., V)
         probs = z.softmax(dim=dim)
         if cumulate == "vocab":
@@ -198,18 +208,23 @@ def _nucleus(*, keep="before<p", order="descending", cumulate="probs", temperatu
         before = F.pad(cum[..., :-1], (1, 0))
         kept = {"before<p": before < top_p, "before<=p": before <= top_p, "cum<=p": cum <= top_p,
                 "cum<=p,top": (cum <= top_p) | (torch.arange(cum.shape[-1]) == 0),
-                "cum<p,top": (cum < top_p) | (torch.arange(cum.shape[-1]) == 0)}[keep]   # (..., V) ranked
+                "cum<p,top": (cum < top_p) | (torch.arange(cum.shape[-1]) == 0),
+                "before<p-tol": before < top_p - 1e-3}[keep]                   # (..., V) ranked
         base = logits / t_final                                                 # (..., V)
         if back == "none":                                                      # all in sorted order
             mask, base = kept, base.gather(-1, idx)
         elif back == "gather":
             mask = kept.gather(-1, idx)
+        elif back == "mask only":                                               # sorted mask, vocab order
+            mask = kept
         else:
             mask = kept.scatter(-1, idx, kept)                                  # (..., V) vocabulary order
         if output == "mask":
             return mask.to(logits.dtype)
         if renormalise == "softmax":                        # a softmax of the zeroed probabilities
             return (base.softmax(dim=dim) * mask).softmax(dim=dim)
+        if renormalise == "zero logits":                    # logits * mask: 0, not -inf, outside
+            return (base * mask).softmax(dim=dim)
         if renormalise:
             return base.masked_fill(~mask, float("-inf")).softmax(dim=dim)
         return base.softmax(dim=dim) * mask
@@ -271,6 +286,20 @@ NUCLEUS_MISTAKES = [
      "you divided the probabilities by temperature, not the logits: that changes their sum, so the nucleus is "
      "cut at another total, and it does not sharpen or flatten anything. Divide the LOGITS by temperature "
      "before the softmax."),
+    (_nucleus(renormalise="zero logits"),
+     "you set the logits outside the nucleus to 0 (logits * mask, or masked_fill with 0): e^0 is not 0, so those "
+     "tokens keep probability. Fill them with float('-inf') before the softmax (or zero the probabilities and "
+     "divide by their sum)."),
+    (_nucleus(temperature="nucleus only"),
+     "you used the temperature to choose the nucleus but returned untempered probabilities: divide the logits "
+     "by temperature once, first, and take both the nucleus and the output from those logits."),
+    (_nucleus(back="mask only"),
+     "your keep mask is in sorted order (most likely first) but you applied it to the probabilities in "
+     "vocabulary order: put it back first, mask.scatter(-1, order, mask), so that each token gets its own "
+     "verdict."),
+    (_nucleus(keep="before<p-tol"),
+     "your boundary has a tolerance: a token whose mass in front is just under top_p (0.69995 with top_p = 0.7) "
+     "belongs to the nucleus. Compare with top_p itself: keep while the mass in front is < top_p."),
     (_nucleus(keep="cum<p,top"),
      "the token whose cumulative sum reaches or crosses top_p belongs to the nucleus: yours stops one token "
      "early (cumulative < top_p), keeping the top token only because you forced it. Keep a token while the mass "
@@ -502,9 +531,13 @@ register(Exercise(
                      "tinyformer.model.matmul_params", "tinyformer.model.kaplan_estimate",
                      "tinyformer.model.GPT", "tinyformer.blocks.TransformerStack",
                      "tinyformer.blocks.TransformerBlock",
-                     # torch's own blocks: counting a module's parameters is building the model
+                     # torch's own blocks and layers, and the library's: counting a module's
+                     # parameters is building the model, which the exercise asks not to do
                      "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer",
-                     "torch.nn.TransformerEncoder", "torch.nn.Transformer"),
+                     "torch.nn.TransformerEncoder", "torch.nn.Transformer",
+                     "torch.nn.MultiheadAttention", "torch.nn.Linear", "torch.nn.LayerNorm",
+                     "torch.nn.Embedding", "tinyformer.attention.MultiHeadAttention",
+                     "tinyformer.blocks.FeedForward", "tinyformer.blocks.LayerNorm"),
     make_cases=_params_cases, reference=gpt_params_reference, returns="the parameter count, an int",
     rtol=0.0, atol=0.0, compare=lambda case, out, ref: type(out) is int and out == ref,
     mistakes=GPT_MISTAKES,
@@ -766,8 +799,10 @@ def _loop(*, crop="last", position="last", temperature="divided", softmax_dim=-1
     ("min-p", 0.01). eos: "right" (a finished row writes eos_id), "ignored" (eos_id never used), "sampled" (the
     finished rows go on sampling; the loop still stops once every row has drawn eos_id) or "subset" (a draw for
     the running rows only, torch.multinomial(probs[~finished], ...)) or "flat" (the finished mask of shape (B,),
-    which masked_fill broadcasts with the (B, 1) tokens to (B, B)). stop: "all" (right: once every row has
-    finished), "never" or "any" (once one row has).
+    which masked_fill broadcasts with the (B, 1) tokens to (B, B)), "zero" (finished rows padded with 0) or
+    "reassigned" (finished = this step's draws only, so a row that finished before runs on). stop: "all"
+    (right: once every row has finished), "never", "any" (once one row has) or "before append" (the loop
+    stops before appending the token that finished the last row).
     """
     def wrong(model, idx, max_new_tokens, temperature_=1.0, generator=None, eos_id=None):
         block_size = model.config.block_size
@@ -794,9 +829,16 @@ def _loop(*, crop="last", position="last", temperature="divided", softmax_dim=-1
                 else:
                     token = torch.multinomial(probs, 1, generator=generator)
                 if ends:
-                    if eos != "sampled":
-                        token = token.masked_fill(finished, eos_id)
-                    finished = finished | (token == eos_id)
+                    if eos == "reassigned":                                             # forgets earlier rows
+                        finished = token == eos_id
+                    else:
+                        if eos == "zero":
+                            token = token.masked_fill(finished, 0)
+                        elif eos != "sampled":
+                            token = token.masked_fill(finished, eos_id)
+                        finished = finished | (token == eos_id)
+                    if stop == "before append" and finished.all():
+                        break
                 out = torch.cat((out, token), dim=1)
                 if ends and ((stop == "all" and finished.all()) or (stop == "any" and finished.any())):
                     break
@@ -869,6 +911,14 @@ SAMPLE_MISTAKES = [
                           "torch.multinomial(probs, 1, generator=generator) on the whole (B, V) batch, then "
                           "overwrite the finished rows with eos_id."),
     (_loop(eos="flat"), SAMPLE_FLAT),
+    (_loop(eos="zero"), "a finished row is padded with eos_id, not 0: 0 is a token like any other (here it would "
+                        "read as a real token after the end). Write next_id.masked_fill(finished, eos_id)."),
+    (_loop(eos="reassigned"), "your finished mask forgets: finished = (next_id == eos_id) holds only THIS step's "
+                              "rows, so a row that generated eos_id earlier runs on, and the loop stops only if "
+                              "every row draws eos_id at the same step. Keep the rows that finished: finished = "
+                              "finished | (next_id == eos_id)."),
+    (_loop(stop="before append"), "you stopped before appending the token that finished the last row, so its "
+                                  "eos_id is missing: append next_id first, then break once finished.all()."),
     (_loop(stop="never"), "decoding stops as soon as every row has finished: yours always runs max_new_tokens steps "
                           "(padding with eos_id); break out of the loop once finished.all()."),
     (_loop(stop="any"), "you stopped as soon as ONE row finished: the others run on, their tokens drawn as usual, "
@@ -932,6 +982,11 @@ register(Exercise(
         (ValueError, r"positions; the model takes 1 to block_size", SAMPLE_CROP),
         (AttributeError, r"has no attribute 'block_size'",
          "the context length is in the model's configuration: block_size = model.config.block_size."),
+        (RuntimeError, r"a Tensor with \d+ elements cannot be converted to Scalar|Boolean value of Tensor with "
+                       r"more than one value is ambiguous",
+         "next_id holds one token per row, (B, 1), so .item() or `if next_id == eos_id:` (a B = 1 habit) cannot "
+         "read it as one number: compare per row, next_id == eos_id gives a (B, 1) mask; keep the rows that "
+         "finished in a mask, finished = finished | (next_id == eos_id), and stop once finished.all()."),
         (RuntimeError, r"probability tensor contains either .*element < 0",
          "torch.multinomial draws from probabilities (weights >= 0), and logits can be negative: divide the "
          "logits by temperature and take their softmax over the vocabulary first."),
@@ -1018,6 +1073,9 @@ CYCLE_WIDTH = ("this model is two-dimensional, d_model = 2: E is (n, 2) and W_U 
                "rows, E = I) any table of next tokens is easy; in two dimensions the tokens share the plane, so put "
                "them on the unit circle.")
 CYCLE_NONFINITE = "your matrices contain NaN or inf: use a large but finite scale."
+CYCLE_ENDPOINT = ("tokens 0 and n - 1 sit on the same point of the circle: torch.linspace(0, 2π, n) includes both "
+                  "ends, so its step is 2π/(n - 1) and the last angle is 2π, the first again. Use the angles "
+                  "2πa/n, torch.arange(n) * 2 * math.pi / n.")
 CYCLE_GENERIC = ("put the rows of E on the unit circle at angles 2πa/n, point column b of W_U where E[b - 1] points "
                  "(angle 2π(b - 1)/n), and scale W_U by a factor s large enough that token a + 1 gets probability "
                  ">= 0.9 for every n up to 16.")
@@ -1060,12 +1118,19 @@ def _diagnose_cycle(cases, outputs, refs):
             return f"{said}. Hint: {CYCLE_BACKWARD}"
         if bool((likeliest == (a + 1) % n).all()):
             return f"{said}. Hint: {CYCLE_GROWS if passed_before else CYCLE_WEAK}"
+        first, last = E[0].to(torch.float64), E[-1].to(torch.float64)
+        if bool(first.norm() > 0) and torch.allclose(first / first.norm(), last / last.norm().clamp_min(1e-300),
+                                                     atol=1e-6):
+            return f"{said}. Hint: {CYCLE_ENDPOINT}"
         return f"{said}. Hint: {CYCLE_GENERIC}"
     return None
 
 
 register(Exercise(
     name="cycle_weights", number="5.7", function="cycle_weights", chapter=CHAPTER, args=("n",),
+    # the weights are to be set by hand: fitting them with an optimizer is not the exercise
+    library_answers=("tinyformer.course.ch05.cycle_weights_reference", "torch.optim.Adam", "torch.optim.AdamW",
+                     "torch.optim.SGD", "torch.optim.RMSprop", "torch.optim.LBFGS"),
     make_cases=lambda g: [(3,), (4,), (5,), (8,), (12,), (16,)], reference=cycle_weights_reference,
     returns="the pair (E, W_U) of real weights, E of shape (n, 2) and W_U of shape (2, n) (the matrices "
             "themselves, not the logits E @ W_U or their softmax)",
@@ -1073,6 +1138,6 @@ register(Exercise(
     exact_dtype=False, integers_for_floats=False,  # no tensor comes in: float32 or float64, as the learner likes
     diagnose=safe_diagnosis(_diagnose_cycle),
     diagnose_hints=(CYCLE_TIED, CYCLE_BACKWARD, CYCLE_WEAK, CYCLE_GROWS, CYCLE_TRANSPOSED, CYCLE_WIDTH,
-                    CYCLE_NONFINITE),
+                    CYCLE_NONFINITE, CYCLE_ENDPOINT),
     generic_hint=CYCLE_GENERIC,
 ))

@@ -823,8 +823,10 @@ def check(name: str, fn: Callable, seed: int = 0) -> Verdict:
         if calls and not verdict.passed and outcome.grads:   # right values from the library: say so first
             verdict = judge(ex, cases, replace(outcome, grads=None))
         if verdict.passed and calls:
+            whose = ("torch doing the exercise for you"
+                     if all(c.startswith("torch.") for c in calls) else "the library's own answer")
             verdict = Verdict(name, FAIL, f"✗ {ex.title}: the outputs are right, but they come from "
-                                          f"{', '.join(calls[:3])}, the library's own answer. Write it "
+                                          f"{', '.join(calls[:3])}, {whose}. Write it "
                                           "yourself, as the exercise asks: a grader gives an answer that "
                                           "calls it no credit.")
     print(verdict.wrapped())

@@ -31,9 +31,10 @@ class BigramLM(nn.Module):
 
     ``log_probs[a, b] = log (count(a b) + alpha) / Σ_c (count(a c) + alpha)``
     is a ``(V, V)`` table, and ``model(idx)`` looks up one row per token:
-    logits ``(B, T, V)`` that depend on the last token only. It is a GPT
-    with no blocks, whose embedding and head multiply to this table;
-    ``alpha`` gives every pair never seen a small probability, the long
+    logits ``(B, T, V)`` that depend on the last token only. It reads a
+    table as a GPT with no blocks (and no final norm or positions) does,
+    except that its table has full rank (a GPT's ``E W_U`` has rank at most
+    ``d_model``); ``alpha`` gives every pair never seen a small probability, the long
     tail of a real model's distribution.
 
     ``block_size`` is 1: the model reads only the last token, so
