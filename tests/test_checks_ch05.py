@@ -805,7 +805,7 @@ SAMPLE_TUPLE = ("returned a tuple of 2 items; return only the int64 token ids, t
 SAMPLE_WRONG = [
     (learner_sampler(eos="item"), "a B = 1 habit"),
     (learner_sampler(eos="pad-zero"), "a finished row is padded with eos_id, not 0"),
-    (learner_sampler(eos="reassigned"), "your finished mask forgets"),
+    (learner_sampler(eos="reassigned"), "you never use eos_id"),
     (learner_sampler(stop="before-append"), "you stopped before appending the token that finished the last row"),
     (learner_sampler(crop="none"), "crop the context to the LAST block_size tokens before each call"),
     (learner_sampler(crop="first"), "you cropped to the FIRST block_size tokens"),

@@ -900,9 +900,11 @@ SAMPLE_MISTAKES = [
                                   "tail stay possible."),
     (_loop(keep=("min-p", 0.01)), "you dropped the tokens below a fraction of the most likely one (min-p): sample "
                                   "from every token, the softmax of logits / temperature with no filter."),
-    (_loop(eos="ignored"), "you never use eos_id: once a row has generated eos_id, every later token of that row is "
-                           "eos_id, and the loop stops as soon as every row has generated it (so the output may be "
-                           "shorter than T + max_new_tokens)."),
+    (_loop(eos="ignored"), "you never use eos_id, or your finished mask forgets: once a row has generated eos_id, "
+                           "every later token of that row is eos_id, and the loop stops as soon as every row has "
+                           "generated it (so the output may be shorter than T + max_new_tokens). A mask rebuilt "
+                           "each step, finished = (next_id == eos_id), holds only that step's rows: keep the rows "
+                           "that finished, finished = finished | (next_id == eos_id)."),
     (_loop(eos="sampled"), "a row that has generated eos_id has finished: write eos_id as each of its later tokens "
                            "(draw for every row as usual, then next_id.masked_fill(finished, eos_id)); yours went "
                            "on sampling in the finished rows."),
@@ -913,10 +915,6 @@ SAMPLE_MISTAKES = [
     (_loop(eos="flat"), SAMPLE_FLAT),
     (_loop(eos="zero"), "a finished row is padded with eos_id, not 0: 0 is a token like any other (here it would "
                         "read as a real token after the end). Write next_id.masked_fill(finished, eos_id)."),
-    (_loop(eos="reassigned"), "your finished mask forgets: finished = (next_id == eos_id) holds only THIS step's "
-                              "rows, so a row that generated eos_id earlier runs on, and the loop stops only if "
-                              "every row draws eos_id at the same step. Keep the rows that finished: finished = "
-                              "finished | (next_id == eos_id)."),
     (_loop(stop="before append"), "you stopped before appending the token that finished the last row, so its "
                                   "eos_id is missing: append next_id first, then break once finished.all()."),
     (_loop(stop="never"), "decoding stops as soon as every row has finished: yours always runs max_new_tokens steps "
