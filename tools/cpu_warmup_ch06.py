@@ -32,6 +32,7 @@ import torch
 from gpu_sizes import corpus  # the chapter's corpus: BPE-512, every 10th paragraph held out
 
 from tinyformer import seed_everything
+from tinyformer.setup import _num_threads
 from tinyformer.data import get_batch
 from tinyformer.model import GPT, GPTConfig
 from tinyformer.training import train
@@ -103,7 +104,7 @@ def main():
               "and the main run with and without clipping; made by "
               "tools/cpu_warmup_ch06.py under the pinned numerics",
         cpu=platform.processor() or platform.machine(), torch=torch.__version__,
-        threads=torch.get_num_threads(), date=str(date.today()),
+        threads=_num_threads(), date=str(date.today()),  # what seed_everything will set
         arms={k: dict(zip(("norm", "warmup", "lr", "clip"), v)) for k, v in ARMS.items()},
         spread_every=SPREAD_EVERY)
     bpe, train_ids, val_ids = corpus()
