@@ -32,9 +32,9 @@ import torch
 from gpu_sizes import corpus  # the chapter's corpus: BPE-512, every 10th paragraph held out
 
 from tinyformer import seed_everything
-from tinyformer.setup import _num_threads
 from tinyformer.data import get_batch
 from tinyformer.model import GPT, GPTConfig
+from tinyformer.setup import _num_threads
 from tinyformer.training import train
 
 OUT = (Path(__file__).resolve().parents[1] / "lib" / "tinyformer" / "measured"
