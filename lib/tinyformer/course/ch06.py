@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from functools import partial
 
 import torch
 
@@ -114,10 +115,11 @@ def _bpe_cases(g):
     return cases
 
 
-def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """``ids`` with ``pair`` replaced by ``new_id``, left to right, never overlapping."""
+def _merge(ids: list[int], pair: tuple[int, int], new_id: int, drop_last: bool = False) -> list[int]:
+    """``ids`` with ``pair`` replaced by ``new_id``, left to right, never overlapping. drop_last: the
+    slip ``while i < len(ids) - 1``, which loses a last id that no match took."""
     out, i = [], 0
-    while i < len(ids):
+    while i < len(ids) - drop_last:
         if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
             out.append(new_id)
             i += 2
@@ -187,19 +189,6 @@ def _string_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[in
     return [int(t) for t in text.split()]
 
 
-def _drop_last_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """``while i < len(ids) - 1``: a piece's last id is lost unless a match takes it."""
-    out, i = [], 0
-    while i < len(ids) - 1:
-        if (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
 def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recount=True, tie="smallest",
          first_id=256, update=True, stale=False):
     """BPE training with the mistakes named by the keywords; the defaults are right.
@@ -248,7 +237,8 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
             pair = best(counts)
             merges.append(pair)
             step = {"overlapping": _overlapping_merge, "keep second": _keep_second_merge,
-                    "string": _string_merge, "drop last": _drop_last_merge}.get(merge, _merge)
+                    "string": _string_merge,
+                    "drop last": partial(_merge, drop_last=True)}.get(merge, _merge)
             if update:
                 words = [step(ids, pair, first_id + k) for ids in words]
             if stale:
