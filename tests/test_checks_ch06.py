@@ -156,7 +156,8 @@ def learner_bpe(*, words="each", count="zip", pick="min", merge=merged, first=25
     first new id. recount: False counts once and takes the n_merges most frequent pairs. stop:
     False forgets to stop when no pair is left. short: merges left out of the loop. returned:
     "tuples", "lists", "bytes" (each pair as the two tokens' bytes), "floats", "dict" ({pair: id}),
-    "ids" (the new ids), "words" (the merged pieces).
+    "ids" (the new ids), "words" (the merged pieces). count may also be "set" (each piece's pairs
+    through a set) or "joined" (the pairs of all the pieces laid end to end, merged within each).
     """
     def bpe_merges(pieces, n_merges):
         if words == "joined":
@@ -172,7 +173,10 @@ def learner_bpe(*, words="each", count="zip", pick="min", merge=merged, first=25
         def counted():
             counts = Counter()
             for ids in lists:
-                counts.update(zip(ids, ids[1:]))
+                counts.update(set(zip(ids, ids[1:])) if count == "set" else zip(ids, ids[1:]))
+            if count == "joined":
+                flat = [b for ids in lists for b in ids]
+                counts = Counter(zip(flat, flat[1:]))
             if count == "no overlap":                     # as str.count counts, piece by piece
                 counts = Counter({p: sum(count_without_overlap(ids, p) for ids in lists) for p in counts})
             return counts
@@ -306,6 +310,37 @@ def bpe_string_replace(pieces, n_merges):
     return out
 
 
+def bpe_padded_string_replace(pieces, n_merges):
+    """d2l's string merge, with spaces around the pair so that "12 1" cannot match "2 1"."""
+    words = [" " + " ".join(str(b) for b in p) + " " for p in pieces]
+    out = []
+    for k in range(n_merges):
+        counts = Counter()
+        for w in words:
+            ids = [int(t) for t in w.split()]
+            counts.update(zip(ids, ids[1:]))
+        if not counts:
+            break
+        a, b = min(counts, key=lambda p: (-counts[p], p))
+        out.append((a, b))
+        words = [w.replace(f" {a} {b} ", f" {256 + k} ") for w in words]
+    return out
+
+
+def bpe_on_characters(pieces, n_merges):
+    """Decodes each piece and merges its characters."""
+    words = [list(p.decode("utf-8", errors="replace")) for p in pieces]
+    out = []
+    for k in range(n_merges):
+        counts = Counter(p for w in words for p in zip(w, w[1:]))
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        out.append(pair)
+        words = [merged(w, pair, 256 + k) for w in words]
+    return out
+
+
 def merged_dropping_the_last(ids, pair, new_id):
     out, i = [], 0
     while i < len(ids) - 1:
@@ -368,6 +403,10 @@ BPE_WRONG = [
     (bpe_list_slices, "a pair must be hashable to be counted"),
     (bpe_encodes_the_pieces, "the pieces are bytes already"),
     (bpe_string_replace, "merge token ids, not digits in a string"),
+    (bpe_padded_string_replace, "a space on each side of the pair stops str.replace"),
+    (learner_bpe(count="set"), "a pair that occurs twice in a piece counts twice"),
+    (learner_bpe(count="joined"), "count the pairs within each piece, as you merge them"),
+    (bpe_on_characters, "Hint: your pieces hold characters (str) beside the new ids (ints)"),
     (learner_bpe(merge=merged_dropping_the_last), "your merge loses a piece's last id"),
     (bpe_counts_updated_by_hand, "your counts are stale"),
     (learner_bpe(stop=False), "your function raised ValueError: min() arg is an empty sequence. Hint: stop early "
@@ -405,13 +444,15 @@ def learner_lr(*, warm="linear", progress="after warmup", floor="min_lr", clamp=
     "sqrt" (max_lr·√(step/warmup)), "ratio first" (step / warmup computed first, which divides by
     warmup = 0). progress: "after warmup" (right) or "whole run" (step / total). floor: "min_lr"
     (right), "zero" (min_lr ignored), "added" (min_lr + ½·max_lr·(1 + cos)). clamp: ">=" or ">"
-    (right), None (no clamp). period: 1 (right: cos(π·progress)) or 2. decay: "cosine" (right),
-    "linear", "noam" (max_lr·√(warmup/step)). zero_based: the step turned into t = step - 1 first.
-    late: the decay's progress from step - late. returned: "lr" or "factor" (lr / max_lr).
+    (right), None (no clamp). period: 1 (right: cos(π·progress)), 2, or 1 / π (cos progress, π
+    forgotten). progress may also be "over total" ((step - warmup) / total) or "both minus one"
+    ((step - warmup - 1) / (total - warmup - 1)); floor "max" (max(min_lr, ½·max_lr·(1 + cos))).
+    decay: "cosine" (right), "linear", "noam" (max_lr·√(warmup/step)). zero_based: the step turned
+    into t = step - 1 first. late: the decay's progress from step - late. returned: "lr" or "factor" (lr / max_lr).
     """
     def warmup_cosine(step, max_lr, warmup, total, min_lr=0.0):
         t = step - 1 if zero_based else step
-        low = 0.0 if floor in ("zero", "cosine only") else min_lr
+        low = 0.0 if floor in ("zero", "cosine only", "max") else min_lr
         if warm == "ratio first":
             ramp = t / warmup
             if ramp <= 1:
@@ -421,9 +462,16 @@ def learner_lr(*, warm="linear", progress="after warmup", floor="min_lr", clamp=
                   "sqrt": max_lr * math.sqrt(t / warmup)}[warm]
             return lr / max_lr if returned == "factor" else lr
         if clamp == ">=" and t >= total or clamp == ">" and t > total:
-            lr = min_lr if floor == "cosine only" else low
+            lr = min_lr if floor in ("cosine only", "max") else low
         else:
-            p = (t - late - warmup) / (total - warmup) if progress == "after warmup" else t / total
+            if progress == "after warmup":
+                p = (t - late - warmup) / (total - warmup)
+            elif progress == "over total":
+                p = (t - warmup) / total
+            elif progress == "both minus one":
+                p = (t - warmup - 1) / (total - warmup - 1)
+            else:
+                p = t / total
             if decay == "linear":
                 lr = max_lr + (low - max_lr) * p
             elif decay == "noam":
@@ -432,10 +480,27 @@ def learner_lr(*, warm="linear", progress="after warmup", floor="min_lr", clamp=
                 lr = low + 0.5 * (max_lr - low) * (1 - math.cos(math.pi * p))
             elif floor == "added":
                 lr = min_lr + 0.5 * max_lr * (1 + math.cos(period * math.pi * p))
+            elif floor == "max":
+                lr = max(min_lr, 0.5 * max_lr * (1 + math.cos(period * math.pi * p)))
             else:
                 lr = low + 0.5 * (max_lr - low) * (1 + math.cos(period * math.pi * p))
         return lr / max_lr if returned == "factor" else lr
     return warmup_cosine
+
+
+def lr_torch_sequential(step, max_lr, warmup, total, min_lr=0.0):
+    """torch's schedulers, stepped to `step`: a LinearLR warm-up, then CosineAnnealingLR."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=max_lr)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total - warmup, eta_min=min_lr)
+    if warmup > 0:
+        warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / warmup, total_iters=warmup - 1)
+        sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cosine], milestones=[warmup])
+    else:
+        sched = cosine
+    for _ in range(step - 1):
+        opt.step()
+        sched.step()
+    return opt.param_groups[0]["lr"]
 
 
 def lr_float32(step, max_lr, warmup, total, min_lr=0.0):
@@ -464,7 +529,13 @@ def lr_no_default(step, max_lr, warmup, total, min_lr):
 
 LR_WRONG = [
     (learner_lr(warm="minus one"), "the warm-up counts steps from 1"),
-    (learner_lr(late=1), "the decay starts right after the warm-up"),
+    (learner_lr(late=1), "the decay starts right after the warm-up: progress = (step - warmup) / (total - warmup), "
+                         "so step warmup + 1 is already below max_lr. Yours counts"),
+    (learner_lr(progress="both minus one"), "Yours subtracts 1 from both"),
+    (lr_torch_sequential, "yours runs as torch's SequentialLR of a LinearLR and a CosineAnnealingLR does"),
+    (learner_lr(period=1 / math.pi), "the cosine's argument is π · progress"),
+    (learner_lr(progress="over total"), "progress counts the decay's steps out of the decay's length"),
+    (learner_lr(floor="max"), "min_lr is where the cosine ends, not a floor"),
     (learner_lr(zero_based=True), "your whole schedule runs one step late"),
     (learner_lr(warm="none"), "there is no warm-up in yours"),
     (learner_lr(warm="sqrt"), "the warm-up is linear, max_lr · step / warmup: yours grows like"),
@@ -723,7 +794,10 @@ def test_the_bpe_cases_are_built_to_expose_the_mistakes():
         # 6: str.replace on the ids written out matches "2 1" inside "12 1 2"; the pairs do not
         assert refs[6] == [(2, 1), (1, 2), (12, 257)]
         assert bpe_string_replace(pieces_of(cases[6]), 3) == [(2, 1), (1256, 2)]
-        for case in cases[7:]:
+        # 7: "abab" holds (97, 98) twice; a set of its pairs counts it once, and (98, 97) wins
+        assert refs[7] == [(97, 98), (256, 256)] and learner_bpe(count="set")(pieces_of(cases[7]), 2)[0] == (98, 97)
+        assert bpe_padded_string_replace(pieces_of(cases[7]), 2) == [(97, 98), (97, 98)]
+        for case in cases[8:]:
             pieces = pieces_of(case)
             assert 4 <= len(pieces) <= 12 and 1 <= case[1] <= 10
             assert 2 <= len(set(b for p in pieces for b in p) - {32}) <= 4 or len(set(b"".join(pieces))) <= 5

@@ -26,7 +26,7 @@ def test_the_stored_warmup_runs_have_every_arm_and_seed_the_chapter_reads():
             assert r["spread_step"] == list(range(1, 300, 10)) and len(r["spread"]) == 30
             assert all(math.isfinite(v) for v in r["loss"] + r["spread"])
     for clip in ("clip1", "noclip"):
-        for seed in (0, 1):
+        for seed in (0, 1, 2):
             r = stored["runs"][f"main-{clip}/seed{seed}"]
             assert r["val_step"][-1] == 600 and len(r["loss"]) == 600
 
@@ -41,3 +41,15 @@ def test_a_stored_warmup_run_starts_as_a_fresh_run_of_the_script_does():
     assert fresh["spread_step"] == [1, 11]
     assert all(math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-5)
                for a, b in zip(fresh["spread"], stored["spread"][:2]))
+
+
+def test_the_swapped_rate_arms_change_only_the_first_30_steps():
+    from tinyformer import training
+    original = training.cosine_lr
+    with cpu_warmup_ch06._first_steps_at(3e-4):
+        # train's cosine with no warm-up and min_lr = lr is the constant lr
+        rates = [training.cosine_lr(s, 1e-3, 0, 300, 1e-3) for s in (1, 30, 31, 300)]
+    assert rates == [3e-4, 3e-4, 1e-3, 1e-3]
+    assert training.cosine_lr is original
+    with cpu_warmup_ch06._first_steps_at(None):
+        assert training.cosine_lr is original

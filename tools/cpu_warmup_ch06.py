@@ -5,7 +5,8 @@
 The chapter trains its 12-layer, 64-wide model four ways on one seed (post- or
 pre-norm, with or without 150 warm-up steps), the 2 x 2 design. Three seeds of
 every arm, and the controls (post-norm without warm-up at a lower rate, 3e-4,
-and with the library's default gradient clipping at 1), cost about 30 minutes
+and with the library's default gradient clipping at 1; a 30-step warm-up on
+both placements; the two rates swapped after step 30), cost about 45 minutes
 of CPU: more than a chapter may spend. This script runs them and writes
 lib/tinyformer/measured/cpu-ch06-warmup.json, which the chapter reads; the
 chapter re-runs seed 0 of the four arms itself (tests/test_measured.py checks
@@ -22,6 +23,7 @@ over). Run under the pinned numerics (lib/tinyformer/numerics.env).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import time
@@ -31,7 +33,7 @@ from pathlib import Path
 import torch
 from gpu_sizes import corpus  # the chapter's corpus: BPE-512, every 10th paragraph held out
 
-from tinyformer import seed_everything
+from tinyformer import seed_everything, training
 from tinyformer.data import get_batch
 from tinyformer.model import GPT, GPTConfig
 from tinyformer.setup import _num_threads
@@ -41,15 +43,22 @@ OUT = (Path(__file__).resolve().parents[1] / "lib" / "tinyformer" / "measured"
        / "cpu-ch06-warmup.json")
 DEEP = dict(block_size=64, n_layer=12, n_head=4, d_model=64)
 MAIN = dict(block_size=128, n_layer=4, n_head=4, d_model=128)
-# name: (norm, warm-up steps, lr, clip)
+# name: (norm, warm-up steps, lr, clip, lr of steps 1-30 when it differs)
 ARMS = {
-    "post": ("post", 0, 1e-3, None),
-    "post-warmup": ("post", 150, 1e-3, None),
-    "pre": ("pre", 0, 1e-3, None),
-    "pre-warmup": ("pre", 150, 1e-3, None),
-    "post-lr3e-4": ("post", 0, 3e-4, None),
-    "post-clip1": ("post", 0, 1e-3, 1.0),
+    "post": ("post", 0, 1e-3, None, None),
+    "post-warmup": ("post", 150, 1e-3, None, None),
+    "pre": ("pre", 0, 1e-3, None, None),
+    "pre-warmup": ("pre", 150, 1e-3, None, None),
+    "post-lr3e-4": ("post", 0, 3e-4, None, None),
+    "post-clip1": ("post", 0, 1e-3, 1.0, None),
+    # a short warm-up, 10 % of the run, on both placements
+    "post-warmup30": ("post", 30, 1e-3, None, None),
+    "pre-warmup30": ("pre", 30, 1e-3, None, None),
+    # which steps' rate decides the stay: the two rates swapped after step 30
+    "post-lr3e-4-first30": ("post", 0, 1e-3, None, 3e-4),
+    "post-lr3e-4-after30": ("post", 0, 3e-4, None, 1e-3),
 }
+FIRST = 30  # the steps whose rate the last two arms change
 SPREAD_EVERY = 10
 
 
@@ -63,8 +72,27 @@ def prediction_spread(m, x):
     return 0.5 * (p - p.mean(0)).abs().sum(-1).mean().item()
 
 
+@contextlib.contextmanager
+def _first_steps_at(first_lr):
+    """With ``first_lr``, train's cosine schedule (which, with min_lr = lr and
+    no warm-up, is the constant lr) gives first_lr to steps 1-FIRST instead."""
+    if first_lr is None:
+        yield
+        return
+
+    def switched(step, max_lr, warmup, total, min_lr):
+        return first_lr if step <= FIRST else original(step, max_lr, warmup, total, min_lr)
+
+    original = training.cosine_lr
+    training.cosine_lr = switched
+    try:
+        yield
+    finally:
+        training.cosine_lr = original
+
+
 def warmup_run(arm, seed, bpe, train_ids, xv, steps=300):
-    norm, warmup, lr, clip = ARMS[arm]
+    norm, warmup, lr, clip, first_lr = ARMS[arm]
     spreads, calls = {}, {"n": 0}
 
     def loss_fn(m, xb, yb):  # called once per step, before the step's update
@@ -75,9 +103,11 @@ def warmup_run(arm, seed, bpe, train_ids, xv, steps=300):
 
     seed_everything(seed)
     m = GPT(GPTConfig(vocab_size=bpe.vocab_size, **DEEP, norm=norm))
-    h = train(m, train_ids, steps=steps, batch_size=16, lr=lr,
-              schedule="cosine" if warmup else "constant", warmup=warmup,
-              min_lr=lr, clip=clip, seed=seed, loss_fn=loss_fn, progress=False)
+    schedule = "cosine" if warmup or first_lr else "constant"
+    with _first_steps_at(first_lr):
+        h = train(m, train_ids, steps=steps, batch_size=16, lr=lr,
+                  schedule=schedule, warmup=warmup, min_lr=lr, clip=clip,
+                  seed=seed, loss_fn=loss_fn, progress=False)
     return {"loss": _r(h["loss"]), "grad_norm": _r(h["grad_norm"]),
             "spread_step": list(spreads), "spread": _r(spreads.values())}
 
@@ -95,7 +125,7 @@ def main_run(clip, seed, bpe, train_ids, val_ids):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 0])
-    parser.add_argument("--main-seeds", type=int, nargs="*", default=[0, 1])
+    parser.add_argument("--main-seeds", type=int, nargs="*", default=[0, 1, 2])
     args = parser.parse_args()
     data = json.loads(OUT.read_text()) if OUT.exists() else {"runs": {}}
     data.update(
@@ -105,7 +135,8 @@ def main():
               "tools/cpu_warmup_ch06.py under the pinned numerics",
         cpu=platform.processor() or platform.machine(), torch=torch.__version__,
         threads=_num_threads(), date=str(date.today()),  # what seed_everything will set
-        arms={k: dict(zip(("norm", "warmup", "lr", "clip"), v)) for k, v in ARMS.items()},
+        arms={k: dict(zip(("norm", "warmup", "lr", "clip", f"lr_steps_1_{FIRST}"), v))
+              for k, v in ARMS.items()},
         spread_every=SPREAD_EVERY)
     bpe, train_ids, val_ids = corpus()
     xv, _ = get_batch(val_ids, 16, 64, torch.Generator().manual_seed(0))

@@ -100,9 +100,9 @@ def _as_stream(name: str, data) -> torch.Tensor:
 
 def pack_documents(docs, eot_id: int, block_size: int | None = None):
     """Documents (lists or 1-D tensors of token ids) joined into one stream,
-    each followed by the end-of-text token ``eot_id``, so that a model
-    learns where a text ends and never mistakes the next document for a
-    continuation. With ``block_size``, the stream is cut into windows of
+    each followed by the end-of-text token ``eot_id``, which marks where a
+    text ends (attention still sees across it: the model must learn what the
+    mark means). With ``block_size``, the stream is cut into windows of
     ``block_size + 1`` tokens (inputs and, shifted by one, targets), the
     last token of each window the first of the next; the tail that does not
     fill a window is dropped. Returns ``(n_tokens,)`` or

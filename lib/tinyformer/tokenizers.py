@@ -31,7 +31,8 @@ from tinyformer.validation import check_int
 
 # GPT-2's pre-tokenisation split, written for Python's re (no \p{L}): English
 # contractions, an optional space and a run of letters, of digits, or of other
-# symbols, then runs of whitespace. [^\W\d_] is a letter; \d a digit.
+# symbols, then runs of whitespace. [^\W\d_] is a letter or a numeral that is
+# not a decimal digit (², ½, Ⅻ: GPT-2's \p{L} would split them off); \d a digit.
 SPLIT_PATTERN = (r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|_+"
                  r"|\s+(?!\S)|\s+")
 FORMAT = "tinyformer-tokenizer"

@@ -91,6 +91,9 @@ def _bpe_cases(g):
     5. " hello", " hi", " hello", " ha": the pieces run out of pairs after 7 merges of the 20 asked.
     6. bytes 12 1 2, 2 1, 2 1: merging by str.replace on the ids written out ("12 1 2" holds "2 1"
        across the boundary of 12 and 1) gives (1256, 2) as merge 2 where the pairs give (1, 2); 3 merges.
+    7. "abab" three times and "ba" twice: (97, 98) occurs 6 times, (98, 97) 5; counted once per piece
+       (a set of each piece's pairs) (97, 98) has 3 and loses, and a padded str.replace merges only
+       one of the two in "abab" (" 97 98 97 98 " -> " 256 97 98 "); 2 merges.
 
     Then four random ones: 4-12 pieces of 1-7 bytes over a random alphabet of 2-4 byte values
     (a space in front of some), 1-10 merges.
@@ -103,6 +106,7 @@ def _bpe_cases(g):
         (_pieces(" the", " cat", " the"), 0),
         (_pieces(" hello", " hi", " hello", " ha"), 20),
         (_pieces(b"\x0c\x01\x02", b"\x02\x01", b"\x02\x01"), 3),
+        (_pieces("abab", "abab", "abab", "ba", "ba"), 2),
     ]
     for _ in range(4):
         size = _randint(g, 2, 4)
@@ -189,18 +193,28 @@ def _string_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[in
     return [int(t) for t in text.split()]
 
 
+def _padded_string_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """str.replace on the ids written out with a space on each side, so that "12 1" no longer holds
+    " 2 1 ": each match consumes the space the next one needs (" 97 97 97 97 " -> " 256 97 97 ")."""
+    text = f" {' '.join(map(str, ids))} ".replace(f" {pair[0]} {pair[1]} ", f" {new_id} ")
+    return [int(t) for t in text.split()]
+
+
 def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recount=True, tie="smallest",
          first_id=256, update=True, stale=False):
     """BPE training with the mistakes named by the keywords; the defaults are right.
 
     join: the pieces joined into one sequence (pairs counted and merged across them). repeats:
-    False counts each distinct piece once. count: "overlapping" (right) or "non-overlapping"
-    ((97, 97) once in [97, 97, 97]). merge: "right" or "overlapping" ([97, 97, 97] -> [256, 256]).
+    False counts each distinct piece once. count: "overlapping" (right), "non-overlapping"
+    ((97, 97) once in [97, 97, 97]) or "once per piece" (a set of each piece's pairs). (Pairs counted
+    over the pieces joined but merged within each are told by _only_across: what such a training
+    returns depends on how it stores its merges.) merge: "right" or "overlapping" ([97, 97, 97] -> [256, 256]).
     recount: False counts once and takes the n_merges most frequent pairs. tie: "smallest"
     (right), "largest" or "first" (the first pair counted among the most frequent, as
     Counter.most_common and max(counts, key=counts.get) give). first_id: the first new id. merge may
     also be "keep second" ([97, 98] -> [256, 98]), "string" (d2l's str.replace on the ids joined by
-    spaces) or "drop last" (a piece's last id lost); update: False leaves the pieces as they were.
+    spaces), "padded string" (the same with a space on each side) or "drop last" (a piece's last id
+    lost); update: False leaves the pieces as they were.
     stale: the pairs counted once, then after each merge the merged pair deleted and the new id's
     pairs added, the neighbours' old pairs never taken away.
     """
@@ -212,6 +226,8 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
 
         def counted() -> Counter:
             counts = _pair_counts(words)
+            if count == "once per piece":
+                counts = Counter(p for ids in words for p in set(zip(ids, ids[1:])))
             if count == "non-overlapping":
                 counts = Counter({p: sum(_non_overlapping_count(ids, p) for ids in words) for p in counts})
             return counts
@@ -237,7 +253,7 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
             pair = best(counts)
             merges.append(pair)
             step = {"overlapping": _overlapping_merge, "keep second": _keep_second_merge,
-                    "string": _string_merge,
+                    "string": _string_merge, "padded string": _padded_string_merge,
                     "drop last": partial(_merge, drop_last=True)}.get(merge, _merge)
             if update:
                 words = [step(ids, pair, first_id + k) for ids in words]
@@ -284,6 +300,16 @@ BPE_STRING = ("merge token ids, not digits in a string: joining the ids with spa
               "d2l's merge_symbols does) also matches across a token boundary. With pieces [12, 1, 2] and the "
               "pair (2, 1), \"12 1 2\".replace(\"2 1\", \"256\") gives \"1256 2\": the 2 that ends 12 was taken for "
               "a token. Scan the list of ints and compare (ids[i], ids[i + 1]) with the pair.")
+BPE_PADDED_STRING = ("a space on each side of the pair stops str.replace from matching across a token boundary, but "
+                     "each match then uses up the space the next one needs: \" 97 97 97 97 \".replace(\" 97 97 \", "
+                     "\" 256 \") gives \" 256 97 97 \", not \" 256 256 \". Scan the list of ints and compare (ids[i], "
+                     "ids[i + 1]) with the pair.")
+BPE_ONCE_PER_PIECE = ("a pair that occurs twice in a piece counts twice: [97, 98, 97, 98] holds (97, 98) two times. "
+                      "Yours counted each pair once per piece (a set of the piece's pairs?): count every adjacent "
+                      "pair, counts.update(zip(ids, ids[1:])).")
+BPE_COUNT_ACROSS = ("count the pairs within each piece, as you merge them: yours counted over the pieces joined "
+                    "together, so the last byte of one piece and the first of the next made a pair that no piece "
+                    "holds, and merging it changed nothing.")
 BPE_DROP_LAST = ("your merge loses a piece's last id: a loop `while i < len(ids) - 1` stops before the last "
                  "position, so an id that no match took is never appended. Loop while i < len(ids) and test "
                  "i + 1 < len(ids) before reading ids[i + 1].")
@@ -310,6 +336,8 @@ BPE_MISTAKES = [
     (_bpe(first_id=257), BPE_ID_257),
     (_bpe(repeats=False), BPE_UNWEIGHTED),
     (_bpe(merge="string"), BPE_STRING),
+    (_bpe(merge="padded string"), BPE_PADDED_STRING),
+    (_bpe(count="once per piece"), BPE_ONCE_PER_PIECE),
     (_bpe(merge="drop last"), BPE_DROP_LAST),
     (_bpe(stale=True), BPE_STALE),
 ]
@@ -398,8 +426,22 @@ def _diagnose_bpe(cases, outputs, refs):
             return f"wrong output. Hint: {hint}"
     for case, pairs, ref in zip(cases, read, refs):
         if pairs != ref:
-            return f"{_first_difference(case, pairs, ref)}. Hint: {BPE_GENERIC}"
+            hint = BPE_COUNT_ACROSS if _only_across(case, pairs, ref) else BPE_GENERIC
+            return f"{_first_difference(case, pairs, ref)}. Hint: {hint}"
     return None
+
+
+def _only_across(case, pairs: list, ref: list) -> bool:
+    """Is the first pair that parts from the reference held by no piece, but made by the last id of one
+    piece and the first of the next (pairs counted over the pieces joined, whatever the merging did)?"""
+    j = next((i for i, (a, b) in enumerate(zip(pairs, ref)) if a != b), None)
+    if j is None:
+        return False
+    words = [list(p) for p in _fresh(case[0])]
+    for k, pair in enumerate(ref[:j]):
+        words = [_merge(ids, pair, 256 + k) for ids in words]
+    joined = [i for ids in words for i in ids]
+    return _pair_counts(words)[pairs[j]] == 0 and pairs[j] in set(zip(joined, joined[1:]))
 
 
 register(Exercise(
@@ -427,11 +469,14 @@ register(Exercise(
         (ValueError, r"(max|min)\(\) (arg is an empty sequence|iterable argument is empty)",
          "stop early when no piece holds a pair: the counts are then empty (the pieces are single tokens), so "
          "check `if not counts: break` before taking the most frequent pair."),
+        (TypeError, r"'[<>]' not supported between instances of '(str|int)' and '(int|str)'",
+         "your pieces hold characters (str) beside the new ids (ints): a piece is bytes, and list(piece) gives "
+         "its byte values, ints; do not decode it."),
         (IndexError, r"list index out of range",
          "an index ran past the end of a list: when merging, test i + 1 < len(ids) before reading ids[i + 1]; and "
          "when no piece holds a pair, Counter.most_common(1) is empty, so stop before taking [0]."),
     ],
-    diagnose=safe_diagnosis(_diagnose_bpe), diagnose_hints=(BPE_BYTES_PAIRS,),
+    diagnose=safe_diagnosis(_diagnose_bpe), diagnose_hints=(BPE_BYTES_PAIRS, BPE_COUNT_ACROSS),
     generic_hint=BPE_GENERIC,
 ))
 
@@ -458,13 +503,15 @@ def _lr_cases(g):
     5. step 130, after total: min_lr.
     6. max_lr 3e-3, warmup 20, total 60, min_lr left to its default (0.0): step 5 and step 47.
     7. warmup = 0 (no warm-up), max_lr 1e-3, total 50, min_lr 1e-4: step 1 is already in the decay.
+    8. step 95, near the end of the decay: the cosine part, ½ (max_lr - min_lr)(1 + cos), is below
+       min_lr there, which tells a floor taken with max() from a cosine that ends at min_lr.
 
     Then four random ones: max_lr 1e-4-1e-2, warmup 0-50, total warmup + 10 to warmup + 400,
     step 1 to total + 30, min_lr 0 or up to max_lr / 5.
     """
     max_lr, warmup, total, min_lr = SCHEDULE
     cases = [(step, max_lr, warmup, total, min_lr) for step in (1, 10, 11, 55, 100, 130)]
-    cases += [(5, 3e-3, 20, 60), (47, 3e-3, 20, 60), (1, 1e-3, 0, 50, 1e-4)]
+    cases += [(5, 3e-3, 20, 60), (47, 3e-3, 20, 60), (1, 1e-3, 0, 50, 1e-4), (95, max_lr, warmup, total, min_lr)]
     for _ in range(4):
         max_lr = 10 ** _uniform(g, -4, -2)
         warmup = _randint(g, 0, 50)
@@ -481,31 +528,36 @@ def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape
     warm: "linear" (right), "from 0" (max_lr·(step - 1)/warmup), "none" (max_lr throughout), "sqrt"
     (max_lr·√(step/warmup)) or "nanogpt" (max_lr·(step + 1)/(warmup + 1), nanoGPT's, whose steps count
     from 0). shift: the whole schedule evaluated at step - shift. decay_shift: the
-    decay's progress counted from step - decay_shift. progress: "after warmup" (right) or "whole run"
-    (step / total). shape: "half cosine" (right), "full cosine" (cos 2π·progress), "linear", "noam"
-    (max_lr·√(warmup/step)) or "rising" (1 - cos). floor: "right", "zero" (min_lr ignored), "cosine
-    only" (min_lr ignored in the cosine, returned after total) or "added" (min_lr + ½·max_lr·(1 +
-    cos)). clamp: min_lr after total. returns: "lr" or "factor" (lr / max_lr).
+    decay's progress counted from step - decay_shift. progress: "after warmup" (right), "whole run"
+    (step / total), "over total" ((step - warmup) / total) or "both minus one" ((step - warmup - 1) /
+    (total - warmup - 1)). shape: "half cosine" (right), "full cosine" (cos 2π·progress), "no pi" (cos
+    progress), "linear", "noam" (max_lr·√(warmup/step)) or "rising" (1 - cos). floor: "right", "zero"
+    (min_lr ignored), "cosine only" (min_lr ignored in the cosine, returned after total), "added"
+    (min_lr + ½·max_lr·(1 + cos)) or "max" (max(min_lr, ½·max_lr·(1 + cos))). clamp: min_lr after total.
+    returns: "lr" or "factor" (lr / max_lr).
     """
     def wrong(step, max_lr, warmup, total, min_lr=0.0):
         step -= shift
-        low = 0.0 if floor in ("zero", "cosine only") else min_lr
+        low = 0.0 if floor in ("zero", "cosine only", "max") else min_lr
         if warmup > 0 and step <= warmup:
             lr = {"linear": max_lr * step / warmup, "from 0": max_lr * (step - 1) / warmup, "none": max_lr,
                   "sqrt": max_lr * math.sqrt(max(step, 0) / warmup),
                   "nanogpt": max_lr * (step + 1) / (warmup + 1)}[warm]
         elif clamp and step >= total:
-            lr = min_lr if floor == "cosine only" else low
+            lr = min_lr if floor in ("cosine only", "max") else low
         else:
-            p = (step - decay_shift - warmup) / (total - warmup) if progress == "after warmup" else step / total
+            p = {"after warmup": (step - decay_shift - warmup) / (total - warmup), "whole run": step / total,
+                 "over total": (step - warmup) / total,
+                 "both minus one": (step - warmup - 1) / max(total - warmup - 1, 1)}[progress]
             if shape == "noam":
                 lr = max_lr * math.sqrt(warmup / step) if step > 0 else max_lr
             elif shape == "linear":
                 lr = max_lr - (max_lr - low) * p
             else:
-                cosine = math.cos((2 if shape == "full cosine" else 1) * math.pi * p)
+                cosine = math.cos(p if shape == "no pi" else (2 if shape == "full cosine" else 1) * math.pi * p)
                 cosine = -cosine if shape == "rising" else cosine
                 lr = low + 0.5 * (max_lr if floor == "added" else max_lr - low) * (1 + cosine)
+                lr = max(min_lr, lr) if floor == "max" else lr
         return lr / max_lr if returns == "factor" else lr
     return wrong
 
@@ -515,6 +567,14 @@ LR_WARM_FROM_0 = ("the warm-up counts steps from 1: step 1 already gets max_lr /
 LR_DECAY_LATE = ("the decay starts right after the warm-up: progress = (step - warmup) / (total - warmup), so step "
                  "warmup + 1 is already below max_lr. Yours counts the decay from step - 1 and keeps max_lr one "
                  "step too long.")
+LR_DECAY_LATE_SHORT = ("the decay starts right after the warm-up: progress = (step - warmup) / (total - warmup), "
+                       "so step warmup + 1 is already below max_lr. Yours subtracts 1 from both, (step - warmup - "
+                       "1) / (total - warmup - 1), which keeps max_lr one step too long and squeezes the decay.")
+LR_TORCH_SEQUENTIAL = ("yours runs as torch's SequentialLR of a LinearLR and a CosineAnnealingLR does: the cosine "
+                       "gives max_lr on its own first step, one step after the warm-up's last (here step warmup + "
+                       "1 is already below max_lr, progress = (step - warmup) / (total - warmup)), and it goes on "
+                       "past total, rising again, where this schedule stays at min_lr. Write the formula, or shift "
+                       "torch's schedulers by one step and clamp at total.")
 LR_SHIFTED = ("your whole schedule runs one step late, as if steps counted from 0: step 1 gets max_lr / warmup, "
               "step = warmup max_lr and step = total min_lr. Use step as it is given, not step - 1.")
 LR_NO_WARMUP = ("there is no warm-up in yours: during the first warmup steps the rate grows linearly, "
@@ -535,6 +595,15 @@ LR_RISING = ("your decay rises: ½ (1 + cos(π · progress)) goes from 1 at prog
              "yours uses 1 - cos (or -cos), which goes from 0 up to 1.")
 LR_MIN_ADDED = ("the cosine spans max_lr - min_lr: lr = min_lr + ½ (max_lr - min_lr)(1 + cos(π · progress)). Yours "
                 "adds min_lr to ½ max_lr (1 + cos), so the decay starts at max_lr + min_lr.")
+LR_NO_PI = ("the cosine's argument is π · progress, so that it falls from cos 0 = 1 to cos π = -1 over the decay. "
+            "Yours is cos(progress), without π: it only falls to cos 1 ≈ 0.54, so the rate hardly decays before it "
+            "drops to min_lr at total.")
+LR_OVER_TOTAL = ("progress counts the decay's steps out of the decay's length: (step - warmup) / (total - warmup), "
+                 "0 after the warm-up and 1 at total. Yours divides by total, so the cosine is not finished at total "
+                 "and the rate drops to min_lr there all at once.")
+LR_MAX_FLOOR = ("min_lr is where the cosine ends, not a floor under a cosine that ends at 0: lr = min_lr + ½ "
+                "(max_lr - min_lr)(1 + cos(π · progress)). Yours, max(min_lr, ½ max_lr (1 + cos(π · progress))), "
+                "falls faster and lies flat at min_lr before the end of the decay.")
 LR_FULL_COSINE = ("half a cosine, cos(π · progress), goes from max_lr down to min_lr once: yours is a full "
                   "period, cos(2π · progress), which comes back up to max_lr at total.")
 LR_NO_CLAMP = ("after total the rate stays at min_lr: yours goes on with the cosine past progress 1, so it rises "
@@ -553,11 +622,16 @@ LR_GENERIC = ("for step <= warmup: max_lr · step / warmup; for step >= total: m
 LR_MISTAKES = [
     (_lr(warm="from 0"), LR_WARM_FROM_0),
     (_lr(decay_shift=1), LR_DECAY_LATE),
+    (_lr(progress="both minus one"), LR_DECAY_LATE_SHORT),
+    (_lr(decay_shift=1, clamp=False), LR_TORCH_SEQUENTIAL),
     (_lr(shift=1), LR_SHIFTED),
     (_lr(warm="none"), LR_NO_WARMUP),
     (_lr(warm="sqrt"), LR_SQRT_WARMUP),
     (_lr(warm="nanogpt"), LR_NANOGPT),
     (_lr(progress="whole run"), LR_WHOLE_RUN),
+    (_lr(progress="over total"), LR_OVER_TOTAL),
+    (_lr(floor="max"), LR_MAX_FLOOR),
+    (_lr(shape="no pi"), LR_NO_PI),
     (_lr(floor="zero"), LR_NO_MIN),
     (_lr(floor="cosine only"), LR_MIN_IN_COSINE),
     (_lr(shape="rising"), LR_RISING),
