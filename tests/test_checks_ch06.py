@@ -143,8 +143,28 @@ def count_without_overlap(ids, pair):
     return n
 
 
+def merged_first_only(ids, pair, new_id):
+    """Replaces the first occurrence, then stops looking."""
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return ids
+
+
+def merged_from_the_right(ids, pair, new_id):
+    out, i = [], len(ids) - 1
+    while i >= 0:
+        if i > 0 and (ids[i - 1], ids[i]) == pair:
+            out.insert(0, new_id)
+            i -= 2
+        else:
+            out.insert(0, ids[i])
+            i -= 1
+    return out
+
+
 def learner_bpe(*, words="each", count="zip", pick="min", merge=merged, first=256, recount=True, stop=True,
-                short=0, returned="tuples"):
+                short=0, returned="tuples", least=1, store="dict"):
     """A learner's BPE training, with the slip chosen by the keywords.
 
     words: "each" (right: one list per piece), "joined" (one list of all the pieces' bytes), "set"
@@ -158,6 +178,8 @@ def learner_bpe(*, words="each", count="zip", pick="min", merge=merged, first=25
     "tuples", "lists", "bytes" (each pair as the two tokens' bytes), "floats", "dict" ({pair: id}),
     "ids" (the new ids), "words" (the merged pieces). count may also be "set" (each piece's pairs
     through a set) or "joined" (the pairs of all the pieces laid end to end, merged within each).
+    least: stop when the best pair occurs fewer times. store: "dict" ({pair: id}, so a pair chosen
+    twice is kept once) or "list".
     """
     def bpe_merges(pieces, n_merges):
         if words == "joined":
@@ -181,7 +203,7 @@ def learner_bpe(*, words="each", count="zip", pick="min", merge=merged, first=25
                 counts = Counter({p: sum(count_without_overlap(ids, p) for ids in lists) for p in counts})
             return counts
 
-        merges = {}
+        merges = [] if store == "list" else {}
         if not recount:
             counts = counted()
             ranked = sorted(counts, key=lambda p: (-counts[p], p))
@@ -189,7 +211,7 @@ def learner_bpe(*, words="each", count="zip", pick="min", merge=merged, first=25
         else:
             for k in range(n_merges - short):
                 counts = counted()
-                if stop and not counts:
+                if stop and (not counts or max(counts.values()) < least):
                     break
                 if pick == "min":
                     pair = min(counts, key=lambda p: (-counts[p], p))
@@ -204,7 +226,10 @@ def learner_bpe(*, words="each", count="zip", pick="min", merge=merged, first=25
                 else:
                     pair = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
                 new_id = first + k
-                merges[pair] = new_id
+                if store == "list":
+                    merges.append(pair)
+                else:
+                    merges[pair] = new_id
                 vocab[new_id] = vocab[pair[0]] + vocab[pair[1]]
                 lists = [merge(ids, pair, new_id) for ids in lists]
         if returned == "dict":
@@ -404,6 +429,11 @@ BPE_WRONG = [
     (bpe_encodes_the_pieces, "the pieces are bytes already"),
     (bpe_string_replace, "merge token ids, not digits in a string"),
     (bpe_padded_string_replace, "a space on each side of the pair stops str.replace"),
+    (learner_bpe(merge=merged_first_only, store="list"), "a merge replaces EVERY occurrence of the pair"),
+    (learner_bpe(merge=merged_from_the_right), "scan each piece left to right"),
+    (learner_bpe(merge=lambda ids, pair, new_id: merged_dropping_the_last(ids, pair, new_id) + ids[-1:]),
+     "after the loop you append the piece's last id every time"),
+    (learner_bpe(least=2), "keep merging while any pair is left, even one that occurs once"),
     (learner_bpe(count="set"), "a pair that occurs twice in a piece counts twice"),
     (learner_bpe(count="joined"), "count the pairs within each piece, as you merge them"),
     (bpe_on_characters, "Hint: your pieces hold characters (str) beside the new ids (ints)"),
@@ -488,6 +518,11 @@ def learner_lr(*, warm="linear", progress="after warmup", floor="min_lr", clamp=
     return warmup_cosine
 
 
+def lr_floored(step, max_lr, warmup, total, min_lr=0.0):
+    """The schedule, then a floor of min_lr over everything."""
+    return max(min_lr, learner_lr()(step, max_lr, warmup, total, min_lr))
+
+
 def lr_torch_sequential(step, max_lr, warmup, total, min_lr=0.0):
     """torch's schedulers, stepped to `step`: a LinearLR warm-up, then CosineAnnealingLR."""
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=max_lr)
@@ -536,6 +571,7 @@ LR_WRONG = [
     (learner_lr(period=1 / math.pi), "the cosine's argument is π · progress"),
     (learner_lr(progress="over total"), "progress counts the decay's steps out of the decay's length"),
     (learner_lr(floor="max"), "min_lr is where the cosine ends, not a floor"),
+    (lr_floored, "min_lr is the floor of the decay, not of the warm-up"),
     (learner_lr(zero_based=True), "your whole schedule runs one step late"),
     (learner_lr(warm="none"), "there is no warm-up in yours"),
     (learner_lr(warm="sqrt"), "the warm-up is linear, max_lr · step / warmup: yours grows like"),

@@ -43,10 +43,10 @@ def test_a_stored_warmup_run_starts_as_a_fresh_run_of_the_script_does():
                for a, b in zip(fresh["spread"], stored["spread"][:2]))
 
 
-def test_the_swapped_rate_arms_change_only_the_first_30_steps():
+def test_the_swapped_rate_arms_change_only_the_first_steps():
     from tinyformer import training
     original = training.cosine_lr
-    with cpu_warmup_ch06._first_steps_at(3e-4):
+    with cpu_warmup_ch06._first_steps_at((30, 3e-4)):
         # train's cosine with no warm-up and min_lr = lr is the constant lr
         rates = [training.cosine_lr(s, 1e-3, 0, 300, 1e-3) for s in (1, 30, 31, 300)]
     assert rates == [3e-4, 3e-4, 1e-3, 1e-3]

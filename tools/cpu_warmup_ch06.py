@@ -43,7 +43,7 @@ OUT = (Path(__file__).resolve().parents[1] / "lib" / "tinyformer" / "measured"
        / "cpu-ch06-warmup.json")
 DEEP = dict(block_size=64, n_layer=12, n_head=4, d_model=64)
 MAIN = dict(block_size=128, n_layer=4, n_head=4, d_model=128)
-# name: (norm, warm-up steps, lr, clip, lr of steps 1-30 when it differs)
+# name: (norm, warm-up steps, lr, clip, (n, lr of steps 1-n) when it differs)
 ARMS = {
     "post": ("post", 0, 1e-3, None, None),
     "post-warmup": ("post", 150, 1e-3, None, None),
@@ -54,11 +54,14 @@ ARMS = {
     # a short warm-up, 10 % of the run, on both placements
     "post-warmup30": ("post", 30, 1e-3, None, None),
     "pre-warmup30": ("pre", 30, 1e-3, None, None),
+    "post-warmup60": ("post", 60, 1e-3, None, None),   # Exercise 6.4's prediction
     # which steps' rate decides the stay: the two rates swapped after step 30
-    "post-lr3e-4-first30": ("post", 0, 1e-3, None, 3e-4),
-    "post-lr3e-4-after30": ("post", 0, 3e-4, None, 1e-3),
+    "post-lr3e-4-first30": ("post", 0, 1e-3, None, (30, 3e-4)),
+    "post-lr3e-4-after30": ("post", 0, 3e-4, None, (30, 1e-3)),
+    # and after step 10: the rate of steps 11-30 is what the two pairs share
+    "post-lr3e-4-first10": ("post", 0, 1e-3, None, (10, 3e-4)),
+    "post-lr3e-4-after10": ("post", 0, 3e-4, None, (10, 1e-3)),
 }
-FIRST = 30  # the steps whose rate the last two arms change
 SPREAD_EVERY = 10
 
 
@@ -73,15 +76,16 @@ def prediction_spread(m, x):
 
 
 @contextlib.contextmanager
-def _first_steps_at(first_lr):
-    """With ``first_lr``, train's cosine schedule (which, with min_lr = lr and
-    no warm-up, is the constant lr) gives first_lr to steps 1-FIRST instead."""
-    if first_lr is None:
+def _first_steps_at(first):
+    """With ``first`` = (n, lr), train's cosine schedule (which, with min_lr =
+    lr and no warm-up, is the constant lr) gives that lr to steps 1-n instead."""
+    if first is None:
         yield
         return
+    n, first_lr = first
 
     def switched(step, max_lr, warmup, total, min_lr):
-        return first_lr if step <= FIRST else original(step, max_lr, warmup, total, min_lr)
+        return first_lr if step <= n else original(step, max_lr, warmup, total, min_lr)
 
     original = training.cosine_lr
     training.cosine_lr = switched
@@ -92,7 +96,7 @@ def _first_steps_at(first_lr):
 
 
 def warmup_run(arm, seed, bpe, train_ids, xv, steps=300):
-    norm, warmup, lr, clip, first_lr = ARMS[arm]
+    norm, warmup, lr, clip, first = ARMS[arm]
     spreads, calls = {}, {"n": 0}
 
     def loss_fn(m, xb, yb):  # called once per step, before the step's update
@@ -103,8 +107,8 @@ def warmup_run(arm, seed, bpe, train_ids, xv, steps=300):
 
     seed_everything(seed)
     m = GPT(GPTConfig(vocab_size=bpe.vocab_size, **DEEP, norm=norm))
-    schedule = "cosine" if warmup or first_lr else "constant"
-    with _first_steps_at(first_lr):
+    schedule = "cosine" if warmup or first else "constant"
+    with _first_steps_at(first):
         h = train(m, train_ids, steps=steps, batch_size=16, lr=lr,
                   schedule=schedule, warmup=warmup, min_lr=lr, clip=clip,
                   seed=seed, loss_fn=loss_fn, progress=False)
@@ -135,7 +139,7 @@ def main():
               "tools/cpu_warmup_ch06.py under the pinned numerics",
         cpu=platform.processor() or platform.machine(), torch=torch.__version__,
         threads=_num_threads(), date=str(date.today()),  # what seed_everything will set
-        arms={k: dict(zip(("norm", "warmup", "lr", "clip", f"lr_steps_1_{FIRST}"), v))
+        arms={k: dict(zip(("norm", "warmup", "lr", "clip", "first_steps"), v))
               for k, v in ARMS.items()},
         spread_every=SPREAD_EVERY)
     bpe, train_ids, val_ids = corpus()

@@ -200,8 +200,28 @@ def _padded_string_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> 
     return [int(t) for t in text.split()]
 
 
+def _first_only_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """Only the first occurrence of ``pair`` in the piece replaced."""
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return list(ids)
+
+
+def _right_to_left_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """The piece scanned from its end: [97, 97, 97] with (97, 97) -> [97, 256]."""
+    return _merge(ids[::-1], pair[::-1], new_id)[::-1]
+
+
+def _last_appended_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """``while i < len(ids) - 1`` and then the last id appended whatever happened to it: a pair that
+    ends the piece leaves its second id behind ([99, 97, 98] with (97, 98) -> [99, 256, 98])."""
+    out = _merge(ids, pair, new_id, drop_last=True)
+    return out + ids[-1:]
+
+
 def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recount=True, tie="smallest",
-         first_id=256, update=True, stale=False):
+         first_id=256, update=True, stale=False, least=1):
     """BPE training with the mistakes named by the keywords; the defaults are right.
 
     join: the pieces joined into one sequence (pairs counted and merged across them). repeats:
@@ -216,7 +236,9 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
     spaces), "padded string" (the same with a space on each side) or "drop last" (a piece's last id
     lost); update: False leaves the pieces as they were.
     stale: the pairs counted once, then after each merge the merged pair deleted and the new id's
-    pairs added, the neighbours' old pairs never taken away.
+    pairs added, the neighbours' old pairs never taken away. merge may further be "first only",
+    "right to left" or "last appended" (the loop stops before the last id, which is then appended
+    whatever the loop did with it). least: stop when the most frequent pair occurs fewer times.
     """
     def wrong(pieces, n_merges):
         pieces = list(_fresh(pieces))
@@ -248,12 +270,14 @@ def _bpe(*, join=False, repeats=True, count="overlapping", merge="right", recoun
             if not stale:
                 counts = counted()
             counts = +counts                        # drop the pairs counted down to nothing
-            if not counts:
+            if not counts or max(counts.values()) < least:
                 break
             pair = best(counts)
             merges.append(pair)
             step = {"overlapping": _overlapping_merge, "keep second": _keep_second_merge,
                     "string": _string_merge, "padded string": _padded_string_merge,
+                    "first only": _first_only_merge, "right to left": _right_to_left_merge,
+                    "last appended": _last_appended_merge,
                     "drop last": partial(_merge, drop_last=True)}.get(merge, _merge)
             if update:
                 words = [step(ids, pair, first_id + k) for ids in words]
@@ -310,6 +334,16 @@ BPE_ONCE_PER_PIECE = ("a pair that occurs twice in a piece counts twice: [97, 98
 BPE_COUNT_ACROSS = ("count the pairs within each piece, as you merge them: yours counted over the pieces joined "
                     "together, so the last byte of one piece and the first of the next made a pair that no piece "
                     "holds, and merging it changed nothing.")
+BPE_FIRST_ONLY = ("a merge replaces EVERY occurrence of the pair in every piece, left to right: yours replaced only "
+                  "the first in each piece (a break after the first match?).")
+BPE_RIGHT_TO_LEFT = ("scan each piece left to right: in [97, 97, 97] the pair (97, 97) is taken at positions 0-1, "
+                     "giving [256, 97]; yours scanned from the right and made [97, 256].")
+BPE_LAST_APPENDED = ("after the loop you append the piece's last id every time, but when the last two ids were just "
+                     "merged it is already inside the new token: [99, 97, 98] with (97, 98) must give [99, 256], not "
+                     "[99, 256, 98]. Loop while i < len(ids), or append ids[-1] only when the loop stopped at "
+                     "i == len(ids) - 1.")
+BPE_STOP_AT_ONE = ("keep merging while any pair is left, even one that occurs once: stop only when no piece holds a "
+                   "pair (or after n_merges). Yours stopped when the most frequent pair occurred only once.")
 BPE_DROP_LAST = ("your merge loses a piece's last id: a loop `while i < len(ids) - 1` stops before the last "
                  "position, so an id that no match took is never appended. Loop while i < len(ids) and test "
                  "i + 1 < len(ids) before reading ids[i + 1].")
@@ -338,6 +372,10 @@ BPE_MISTAKES = [
     (_bpe(merge="string"), BPE_STRING),
     (_bpe(merge="padded string"), BPE_PADDED_STRING),
     (_bpe(count="once per piece"), BPE_ONCE_PER_PIECE),
+    (_bpe(merge="first only"), BPE_FIRST_ONLY),
+    (_bpe(merge="right to left"), BPE_RIGHT_TO_LEFT),
+    (_bpe(merge="last appended"), BPE_LAST_APPENDED),
+    (_bpe(least=2), BPE_STOP_AT_ONE),
     (_bpe(merge="drop last"), BPE_DROP_LAST),
     (_bpe(stale=True), BPE_STALE),
 ]
@@ -447,7 +485,8 @@ def _only_across(case, pairs: list, ref: list) -> bool:
 register(Exercise(
     name="bpe_merges", number="6.1", function="bpe_merges", chapter=CHAPTER,
     args=("pieces", "n_merges"),
-    library_answers=("tinyformer.tokenizers.BPETokenizer", "tinyformer.tokenizers.merge_pair"),
+    library_answers=("tinyformer.tokenizers.BPETokenizer", "tinyformer.tokenizers.merge_pair",
+                     "tinyformer.tokenizers._pairs"),
     make_cases=_bpe_cases, reference=bpe_merges_reference,
     returns="the merged pairs, in order: a list of (a, b) tuples of ints",
     rtol=0.0, atol=0.0, compare=_same_pairs,
@@ -505,13 +544,16 @@ def _lr_cases(g):
     7. warmup = 0 (no warm-up), max_lr 1e-3, total 50, min_lr 1e-4: step 1 is already in the decay.
     8. step 95, near the end of the decay: the cosine part, ½ (max_lr - min_lr)(1 + cos), is below
        min_lr there, which tells a floor taken with max() from a cosine that ends at min_lr.
+    9. step 2 of the warm-up with min_lr 1.5e-4 above its rate, 1.2e-4: a floor of min_lr laid
+       over the whole schedule shows there (in case 0, max_lr / warmup equals min_lr).
 
     Then four random ones: max_lr 1e-4-1e-2, warmup 0-50, total warmup + 10 to warmup + 400,
     step 1 to total + 30, min_lr 0 or up to max_lr / 5.
     """
     max_lr, warmup, total, min_lr = SCHEDULE
     cases = [(step, max_lr, warmup, total, min_lr) for step in (1, 10, 11, 55, 100, 130)]
-    cases += [(5, 3e-3, 20, 60), (47, 3e-3, 20, 60), (1, 1e-3, 0, 50, 1e-4), (95, max_lr, warmup, total, min_lr)]
+    cases += [(5, 3e-3, 20, 60), (47, 3e-3, 20, 60), (1, 1e-3, 0, 50, 1e-4), (95, max_lr, warmup, total, min_lr),
+              (2, max_lr, warmup, total, 1.5e-4)]
     for _ in range(4):
         max_lr = 10 ** _uniform(g, -4, -2)
         warmup = _randint(g, 0, 50)
@@ -522,7 +564,7 @@ def _lr_cases(g):
 
 
 def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape="half cosine", floor="right",
-        clamp=True, returns="lr"):
+        clamp=True, returns="lr", floored=False):
     """The schedule with the mistakes named by the keywords; the defaults are right.
 
     warm: "linear" (right), "from 0" (max_lr·(step - 1)/warmup), "none" (max_lr throughout), "sqrt"
@@ -534,7 +576,8 @@ def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape
     progress), "linear", "noam" (max_lr·√(warmup/step)) or "rising" (1 - cos). floor: "right", "zero"
     (min_lr ignored), "cosine only" (min_lr ignored in the cosine, returned after total), "added"
     (min_lr + ½·max_lr·(1 + cos)) or "max" (max(min_lr, ½·max_lr·(1 + cos))). clamp: min_lr after total.
-    returns: "lr" or "factor" (lr / max_lr).
+    returns: "lr" or "factor" (lr / max_lr). floored: max(min_lr, ·) over the whole schedule, the
+    warm-up included.
     """
     def wrong(step, max_lr, warmup, total, min_lr=0.0):
         step -= shift
@@ -558,6 +601,7 @@ def _lr(*, warm="linear", shift=0, decay_shift=0, progress="after warmup", shape
                 cosine = -cosine if shape == "rising" else cosine
                 lr = low + 0.5 * (max_lr if floor == "added" else max_lr - low) * (1 + cosine)
                 lr = max(min_lr, lr) if floor == "max" else lr
+        lr = max(min_lr, lr) if floored else lr
         return lr / max_lr if returns == "factor" else lr
     return wrong
 
@@ -604,6 +648,9 @@ LR_OVER_TOTAL = ("progress counts the decay's steps out of the decay's length: (
 LR_MAX_FLOOR = ("min_lr is where the cosine ends, not a floor under a cosine that ends at 0: lr = min_lr + ½ "
                 "(max_lr - min_lr)(1 + cos(π · progress)). Yours, max(min_lr, ½ max_lr (1 + cos(π · progress))), "
                 "falls faster and lies flat at min_lr before the end of the decay.")
+LR_FLOORED = ("min_lr is the floor of the decay, not of the warm-up: the warm-up starts at max_lr / warmup and "
+              "climbs from there even when that is below min_lr. Yours takes max(min_lr, ...) over the whole "
+              "schedule, so its first steps start at min_lr.")
 LR_FULL_COSINE = ("half a cosine, cos(π · progress), goes from max_lr down to min_lr once: yours is a full "
                   "period, cos(2π · progress), which comes back up to max_lr at total.")
 LR_NO_CLAMP = ("after total the rate stays at min_lr: yours goes on with the cosine past progress 1, so it rises "
@@ -632,6 +679,7 @@ LR_MISTAKES = [
     (_lr(progress="over total"), LR_OVER_TOTAL),
     (_lr(floor="max"), LR_MAX_FLOOR),
     (_lr(shape="no pi"), LR_NO_PI),
+    (_lr(floored=True), LR_FLOORED),
     (_lr(floor="zero"), LR_NO_MIN),
     (_lr(floor="cosine only"), LR_MIN_IN_COSINE),
     (_lr(shape="rising"), LR_RISING),
@@ -674,7 +722,8 @@ def _diagnose_lr(cases, outputs, refs):
 register(Exercise(
     name="warmup_cosine", number="6.2", function="warmup_cosine", chapter=CHAPTER,
     args=("step", "max_lr", "warmup", "total", "min_lr"),
-    library_answers=("tinyformer.training.cosine_lr", "tinyformer.training.noam_lr"),
+    library_answers=("tinyformer.training.cosine_lr", "tinyformer.training.noam_lr",
+                     "torch.optim.lr_scheduler.CosineAnnealingLR"),
     make_cases=_lr_cases, reference=warmup_cosine_reference, returns="the learning rate, a float",
     mistakes=LR_MISTAKES,
     error_hints=[
