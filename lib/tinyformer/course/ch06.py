@@ -649,8 +649,8 @@ LR_MAX_FLOOR = ("min_lr is where the cosine ends, not a floor under a cosine tha
                 "(max_lr - min_lr)(1 + cos(π · progress)). Yours, max(min_lr, ½ max_lr (1 + cos(π · progress))), "
                 "falls faster and lies flat at min_lr before the end of the decay.")
 LR_FLOORED = ("min_lr is the floor of the decay, not of the warm-up: the warm-up starts at max_lr / warmup and "
-              "climbs from there even when that is below min_lr. Yours takes max(min_lr, ...) over the whole "
-              "schedule, so its first steps start at min_lr.")
+              "climbs from there even when that is below min_lr. Yours applies the floor in the warm-up too, so its "
+              "first steps start at min_lr.")
 LR_FULL_COSINE = ("half a cosine, cos(π · progress), goes from max_lr down to min_lr once: yours is a full "
                   "period, cos(2π · progress), which comes back up to max_lr at total.")
 LR_NO_CLAMP = ("after total the rate stays at min_lr: yours goes on with the cosine past progress 1, so it rises "
