@@ -723,7 +723,9 @@ register(Exercise(
     name="warmup_cosine", number="6.2", function="warmup_cosine", chapter=CHAPTER,
     args=("step", "max_lr", "warmup", "total", "min_lr"),
     library_answers=("tinyformer.training.cosine_lr", "tinyformer.training.noam_lr",
-                     "torch.optim.lr_scheduler.CosineAnnealingLR"),
+                     "torch.optim.lr_scheduler.CosineAnnealingLR",
+                     "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts",
+                     "torch.optim.lr_scheduler.OneCycleLR"),
     make_cases=_lr_cases, reference=warmup_cosine_reference, returns="the learning rate, a float",
     mistakes=LR_MISTAKES,
     error_hints=[
