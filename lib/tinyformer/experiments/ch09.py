@@ -1,0 +1,117 @@
+"""Chapter 9 (LoRA): the new domain, one fine-tuning run, and what it is measured by.
+
+The chapter adapts chapter 6's English GPT (:func:`tinyformer.pretrained.english_gpt`) to the
+book's synthetic language (:func:`tinyformer.data.synthetic_corpus`), encoded with the same BPE:
+its words are English, but its sentences come from a small grammar, so the English model starts
+far from it. :func:`domain_data` builds the streams, :func:`finetune` runs one adaptation (full
+fine-tuning, or LoRA on the layers named) and returns what the chapter's table shows, and
+:func:`update_spectrum` measures how low-rank a weight update is.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from tinyformer.data import get_batch, pack_documents, synthetic_corpus
+from tinyformer.lora import add_lora, count_lora_params
+from tinyformer.training import cosine_lr, estimate_loss
+
+# the six linear maps of a block, by the names add_lora matches
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+ALL_SIX = ATTENTION + ("up_proj", "down_proj")
+
+
+def domain_data(bpe, n_train: int = 3000, n_val: int = 400, seed: int = 0, mix=(0.4, 0.3, 0.2, 0.1)):
+    """The synthetic language as token streams, ``(train_ids, val_ids)``: ``n_train`` and
+    ``n_val`` sentences from two different seeds, each sentence a document followed by
+    ``<|endoftext|>``, encoded with ``bpe`` (chapter 6's tokenizer)."""
+    eot = bpe.special_tokens["<|endoftext|>"]
+
+    def stream(n, s):
+        return pack_documents([bpe.encode(line) for line in synthetic_corpus(n, seed=s, mix=mix).text.split("\n")],
+                              eot_id=eot)
+    return stream(n_train, seed), stream(n_val, seed + 1)
+
+
+def trainable_params(model) -> int:
+    """The parameters an optimizer would update: those with ``requires_grad``."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def finetune(base, train_ids, *, targets=None, r: int = 8, alpha: float = 8.0, lr: float = 1e-3,
+             steps: int = 150, batch_size: int = 16, block_size: int = 128, evals: dict | None = None,
+             eval_every: int = 25, eval_batches: int = 5, seed: int = 0, progress: bool = False) -> dict:
+    """Adapt a copy of ``base`` (left unchanged) for ``steps`` steps of AdamW on ``train_ids``:
+    every weight (``targets=None``, full fine-tuning) or LoRA adapters of rank ``r`` and scale
+    ``alpha / r`` on the linear maps whose names end with ``targets``. No weight decay, 10 warm-up
+    steps, cosine decay to ``lr/10``, clipping at 1 (chapter 6's recipe, shorter).
+
+    Every ``eval_every`` steps (and at step 0) the loss on each stream of ``evals`` (a dict name ->
+    token stream) is measured on ``eval_batches`` fixed batches. Returns ``{"model", "trainable",
+    "optimizer_bytes", "seconds_per_step", "loss" (per step), "eval_step", <name>: [loss at each
+    eval step]}``; ``optimizer_bytes`` is what Adam's two moments hold (8 bytes per trainable
+    float32 parameter); ``seconds_per_step`` leaves the evaluations out."""
+    model = copy.deepcopy(base).train()
+    if targets is None:
+        model.requires_grad_(True)
+    else:
+        torch.manual_seed(seed)                       # A's random start
+        add_lora(model, targets, r, alpha)
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = sum(p.numel() for p in params)
+    assert targets is None or n == count_lora_params(model)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    out = dict(trainable=n, optimizer_bytes=8 * n, loss=[], eval_step=[])
+    evals = evals or {}
+
+    def evaluate(step):
+        out["eval_step"].append(step)
+        for name, ids in evals.items():
+            out.setdefault(name, []).append(estimate_loss(model, ids, batch_size, block_size, eval_batches))
+
+    evaluate(0)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=steps, desc="fine-tuning", unit="step", mininterval=2.0)
+    busy = 0.0
+    for step in range(1, steps + 1):
+        start = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, lr, 10, steps, lr / 10)
+        x, y = get_batch(train_ids, batch_size, block_size, gen)
+        loss = model.loss(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        busy += time.perf_counter() - start
+        out["loss"].append(loss.item())
+        if bar is not None:
+            bar.update()
+        if step % eval_every == 0 or step == steps:
+            evaluate(step)
+    if bar is not None:
+        bar.close()
+    out.update(model=model.eval(), seconds_per_step=busy / steps)
+    return out
+
+
+def update_spectrum(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """The singular values of the update ``after - before`` of one weight matrix, largest first."""
+    return torch.linalg.svdvals((after - before).detach().double()).float()
+
+
+def energy_in_top(s: torch.Tensor, k: int) -> float:
+    """The share of an update's squared Frobenius norm in its top ``k`` directions:
+    ``sum(s[:k]²) / sum(s²)`` for singular values ``s``."""
+    e = s.double() ** 2
+    return float(e[:k].sum() / e.sum())
+
+
+__all__ = ["ALL_SIX", "ATTENTION", "domain_data", "energy_in_top", "finetune", "trainable_params",
+           "update_spectrum"]
