@@ -1,5 +1,5 @@
 # tinyformer: every target sets itself up on a fresh machine (a .venv in this folder).
-# make book · make test · make execute · make student · make grade DIR=folder · make bench
+# make book · make test · make execute · make student · make grade DIR=folder · make bench · make reference
 
 PYTHON ?= python3
 # pip index for torch alone, e.g. https://download.pytorch.org/whl/cpu for the CPU build on Linux
@@ -15,7 +15,7 @@ OUT    ?= grades
 GRADE_FLAGS ?=
 BOOK_NOTEBOOKS := $(sort $(wildcard book/[0-9][0-9]-*.ipynb))
 
-.PHONY: install book test lint workflows pytest nbval sync claims build html execute student grade bench clean browser readers
+.PHONY: install book test lint workflows pytest nbval sync claims build html execute student grade bench clean browser readers reference
 
 install: $(STAMP)
 
@@ -36,7 +36,7 @@ test: $(STAMP) lint workflows pytest nbval sync claims readers build html browse
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check lib tests tools benchmarks _ext
+	$(VENV)/bin/ruff check lib tests tools benchmarks _ext reference
 
 # the GitHub Actions workflows: actionlint (with shellcheck), zizmor offline, actions pinned by commit
 workflows: $(STAMP)
@@ -88,6 +88,24 @@ bench: $(STAMP)
 	$(PY) benchmarks/bpe.py
 	$(PY) benchmarks/train_english.py
 	$(PY) benchmarks/skipgram.py
+
+# the reference suite (reference/, see the README): the library against the field's own libraries (PEFT's
+# LoRA) on the same weights. Not part of `make test`: its pins (reference/requirements.txt: transformers,
+# …) live in a venv of their own, torch again first and alone, then the library without its dependencies.
+REF_VENV  := .venv-reference
+REF_PY    := $(REF_VENV)/bin/python
+REF_STAMP := $(REF_VENV)/.installed
+
+reference: $(REF_STAMP)
+	$(REF_VENV)/bin/pytest reference
+
+$(REF_STAMP): reference/requirements.txt pyproject.toml
+	test -x $(REF_PY) || $(PYTHON) -m venv $(REF_VENV)
+	$(REF_PY) -m pip install --quiet --upgrade pip
+	$(REF_PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$$(grep -E '^torch==' reference/requirements.txt)"
+	$(REF_PY) -m pip install --quiet -r reference/requirements.txt
+	$(REF_PY) -m pip install --quiet --no-deps -e .
+	touch $(REF_STAMP)
 
 clean:
 	rm -rf _build student grades
