@@ -121,9 +121,12 @@ def test_merge_folds_the_update_into_the_weight_and_unmerge_takes_it_out():
     torch.testing.assert_close(layer.base.weight, W0 + 2.0 * (layer.A @ layer.B).T.detach())
     torch.testing.assert_close(layer(x), before, rtol=0, atol=1e-5)
     torch.testing.assert_close(layer(x), layer.base(x))          # the adapter is skipped
-    layer.merge()                                                 # a second merge adds nothing
+    with pytest.raises(ValueError, match="merged already"):        # a second merge would add it twice
+        layer.merge()
     torch.testing.assert_close(layer.base.weight, W0 + 2.0 * (layer.A @ layer.B).T.detach())
     layer.unmerge()
+    with pytest.raises(ValueError, match="not merged"):
+        layer.unmerge()
     assert not layer.merged
     torch.testing.assert_close(layer.base.weight, W0, rtol=0, atol=1e-6)
     torch.testing.assert_close(layer(x), before, rtol=0, atol=1e-5)
@@ -380,3 +383,27 @@ def test_non_modules_are_refused():
         LoRALinear(nn.Conv1d(2, 2, 1), 2, 2)
     with pytest.raises(ValueError, match="no LoRA adapters"):
         lora_state_dict(tiny_gpt())
+
+
+def test_merging_a_model_twice_is_refused_clearly():
+    model = add_lora(tiny_gpt(), ["q_proj", "v_proj"], r=2, alpha=4)
+    randomise_adapters(model)
+    idx = tokens(B=2)
+    with torch.no_grad():
+        before = model(idx)
+        merge_lora(model)
+        with pytest.raises(ValueError, match="no LoRA adapters to merge"):
+            merge_lora(model)
+        torch.testing.assert_close(model(idx), before, rtol=0, atol=1e-5)   # the failed call changed nothing
+
+
+def test_merge_lora_accepts_layers_merged_by_hand():
+    model = add_lora(tiny_gpt(), ["q_proj"], r=2, alpha=4)
+    randomise_adapters(model)
+    idx = tokens(B=2)
+    with torch.no_grad():
+        before = model(idx)
+        next(iter(lora_layers(model).values())).merge()
+        merge_lora(model)
+        torch.testing.assert_close(model(idx), before, rtol=0, atol=1e-5)
+    assert not lora_layers(model)

@@ -103,19 +103,22 @@ class LoRALinear(nn.Module):
     @torch.no_grad()
     def merge(self) -> LoRALinear:
         """Fold the update into ``base.weight`` (``W ← W + scale · A B``); the forward then costs
-        what the base layer's does. A second call does nothing: the update must go in once."""
-        if not self.merged:
-            self.base.weight += self.delta_weight()
-            self.merged = True
+        what the base layer's does. Merging a merged layer is refused: the update must go in once."""
+        if self.merged:
+            raise ValueError("this LoRALinear is merged already (its update is in base.weight): merging "
+                             "again would add it twice; unmerge() it first")
+        self.base.weight += self.delta_weight()
+        self.merged = True
         return self
 
     @torch.no_grad()
     def unmerge(self) -> LoRALinear:
         """The inverse of :meth:`merge`: subtract the update from ``base.weight`` again (equal to
-        the original up to float rounding). Does nothing on a layer that is not merged."""
-        if self.merged:
-            self.base.weight -= self.delta_weight()
-            self.merged = False
+        the original up to float rounding). Refused on a layer that is not merged."""
+        if not self.merged:
+            raise ValueError("this LoRALinear is not merged: there is no update in base.weight to take out")
+        self.base.weight -= self.delta_weight()
+        self.merged = False
         return self
 
     def extra_repr(self) -> str:
@@ -192,6 +195,9 @@ def merge_lora(model: nn.Module) -> nn.Module:
     stay frozen as :func:`add_lora` left them (``model.requires_grad_(True)`` makes them trainable
     again)."""
     layers = lora_layers(model)
+    if not layers:
+        raise ValueError("model has no LoRA adapters to merge (was it merged already? merge_lora replaces "
+                         "each adapter by its merged nn.Linear, so a second call finds none)")
     # a base weight that another module shares (an LM head tied to the embedding) would change
     # there too, and the merged model would differ from the adapted one: refuse before any change
     owners: dict[int, set[str]] = {}
@@ -206,10 +212,12 @@ def merge_lora(model: nn.Module) -> nn.Module:
                              f"{sorted(shared)}, which the merge would change too (untie the weights, or "
                              f"keep the adapter unmerged)")
     for name, layer in paths:
+        if not layer.merged:                          # (a layer may have been merged by hand)
+            layer.merge()
         if not name:                                  # model is itself a LoRALinear: its base is the model
-            return layer.merge().base
+            return layer.base
         parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, layer.merge().base)
+        setattr(model.get_submodule(parent), child, layer.base)
     return model
 
 
