@@ -88,6 +88,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bpe.py
 	$(PY) benchmarks/train_english.py
 	$(PY) benchmarks/skipgram.py
+	$(PY) benchmarks/lora_step.py
 
 # the reference suite (reference/, see the README): the library against the field's own libraries (PEFT's
 # LoRA) on the same weights. Not part of `make test`: its pins (reference/requirements.txt: transformers,

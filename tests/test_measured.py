@@ -53,3 +53,36 @@ def test_the_swapped_rate_arms_change_only_the_first_steps():
     assert training.cosine_lr is original
     with cpu_warmup_ch06._first_steps_at(None):
         assert training.cosine_lr is original
+
+
+# --------------------------------------------------------------------------- chapter 9's adaptation runs
+
+import cpu_lora_ch09  # noqa: E402
+
+
+def test_the_stored_adaptation_runs_have_every_arm_and_seed_the_chapter_reads():
+    stored = measured("cpu-ch09-lora")
+    assert set(stored["arms"]) == set(cpu_lora_ch09.ARMS)
+    for arm, settings in cpu_lora_ch09.ARMS.items():
+        assert stored["arms"][arm]["lr"] == settings["lr"]
+        for seed in (0, 1, 2):
+            r = stored["runs"][f"{arm}/seed{seed}"]
+            assert r["eval_step"] == [0, 25, 50, 75, 100, 125, 150] and len(r["loss"]) == 150
+            assert len(r["new"]) == len(r["english"]) == 7
+            assert all(math.isfinite(v) for v in r["loss"] + r["new"] + r["english"])
+            assert r["optimizer_bytes"] == 8 * r["trainable"]
+            assert ("spectra" in r) == ("targets" not in settings)
+
+
+def test_a_stored_adaptation_run_starts_as_a_fresh_run_of_the_script_does():
+    from tinyformer.experiments.ch09 import finetune
+    from tinyformer.pretrained import english_gpt
+
+    base, bpe = english_gpt()
+    new_train, _ = cpu_lora_ch09.domain_data(bpe)
+    stored = measured("cpu-ch09-lora")["runs"]["all-r8/seed1"]
+    torch.manual_seed(1)
+    fresh = finetune(base, new_train, steps=10, seed=1, **cpu_lora_ch09.ARMS["all-r8"])
+    # the warm-up's 10 steps do not depend on the run's length; other thread counts change the last bits
+    assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(fresh["loss"], stored["loss"][:10]))
+    assert fresh["trainable"] == stored["trainable"]

@@ -5,7 +5,8 @@ book's synthetic language (:func:`tinyformer.data.synthetic_corpus`), encoded wi
 its words are English, but its sentences come from a small grammar, so the English model starts
 far from it. :func:`domain_data` builds the streams, :func:`finetune` runs one adaptation (full
 fine-tuning, or LoRA on the layers named) and returns what the chapter's table shows, and
-:func:`update_spectrum` measures how low-rank a weight update is.
+:func:`update_spectrum` measures how low-rank a weight update is, and :func:`traffic` counts the
+operations and bytes of a training step.
 """
 
 from __future__ import annotations
@@ -101,6 +102,34 @@ def finetune(base, train_ids, *, targets=None, r: int = 8, alpha: float = 8.0, l
     return out
 
 
+def traffic(fn) -> tuple[int, int]:
+    """``(operations, bytes)`` of one call of ``fn()``: the tensor operations PyTorch dispatches to
+    kernels (as :func:`tinyformer.experiments.ch08.count_ops` counts them) and the bytes of every
+    tensor each one reads or writes (its tensor arguments and results, counted once per operation).
+    The bytes are a model of the memory traffic, not a measurement: a kernel may read an input
+    twice or keep it in cache. Views count too, though they move nothing."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class _Traffic(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = self.bytes = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tensors = [t for t in tree_flatten((args, kwargs or {}, out))[0] if isinstance(t, torch.Tensor)]
+            self.ops += 1
+            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            return out
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    with _Traffic() as counter:
+        fn()
+    return counter.ops, counter.bytes
+
+
 def update_spectrum(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """The singular values of the update ``after - before`` of one weight matrix, largest first."""
     return torch.linalg.svdvals((after - before).detach().double()).float()
@@ -113,5 +142,5 @@ def energy_in_top(s: torch.Tensor, k: int) -> float:
     return float(e[:k].sum() / e.sum())
 
 
-__all__ = ["ALL_SIX", "ATTENTION", "domain_data", "energy_in_top", "finetune", "trainable_params",
+__all__ = ["ALL_SIX", "ATTENTION", "domain_data", "energy_in_top", "finetune", "traffic", "trainable_params",
            "update_spectrum"]

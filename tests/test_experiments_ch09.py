@@ -1,0 +1,42 @@
+"""Chapter 9's scaffolding: the new domain, the fine-tuning run, the update's spectrum, the traffic count."""
+
+from __future__ import annotations
+
+import torch
+
+from tinyformer.experiments import ch09
+from tinyformer.model import GPT, GPTConfig
+from tinyformer.tokenizers import BPETokenizer
+
+
+def test_traffic_counts_each_operation_and_the_bytes_it_reads_and_writes():
+    a, b = torch.ones(10), torch.ones(10)
+    ops, nbytes = ch09.traffic(lambda: a + b)
+    assert (ops, nbytes) == (1, 3 * 40)                      # two float32 inputs, one output
+    ops, nbytes = ch09.traffic(lambda: torch.ones(4, 8, dtype=torch.float64) @ torch.ones(8, 2, dtype=torch.float64))
+    assert ops == 3 and nbytes == 8 * (32 + 16 + 8) + 8 * (32 + 16)     # two ones(), then mm
+
+
+def test_energy_and_spectrum_of_a_known_low_rank_update():
+    u, v = torch.randn(6, 1), torch.randn(1, 5)
+    s = ch09.update_spectrum(torch.zeros(6, 5), u @ v)      # rank 1
+    assert ch09.energy_in_top(s, 1) > 1 - 1e-6
+    s = ch09.update_spectrum(torch.zeros(4, 4), torch.eye(4))
+    assert abs(ch09.energy_in_top(s, 1) - 0.25) < 1e-6 and abs(ch09.energy_in_top(s, 4) - 1) < 1e-6
+
+
+def test_finetune_leaves_the_base_alone_and_trains_what_it_says():
+    bpe = BPETokenizer.train("the cow did not cross the road because it was too tired .\n" * 20, 300,
+                             special_tokens=["<|endoftext|>"])
+    train_ids, val_ids = ch09.domain_data(bpe, n_train=60, n_val=20)
+    base = GPT(GPTConfig(vocab_size=bpe.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16))
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    full = ch09.finetune(base, train_ids, steps=3, batch_size=2, block_size=16, evals={"v": val_ids},
+                         eval_every=2, eval_batches=1)
+    lora = ch09.finetune(base, train_ids, targets=ch09.ALL_SIX, r=2, alpha=2.0, steps=3, batch_size=2,
+                         block_size=16)
+    assert all(torch.equal(before[k], v) for k, v in base.state_dict().items())
+    assert full["trainable"] == sum(p.numel() for p in base.parameters())
+    assert lora["trainable"] == 1 * 2 * (4 * (16 + 16) + 2 * (16 + 64))
+    assert full["optimizer_bytes"] == 8 * full["trainable"]
+    assert full["eval_step"] == [0, 2, 3] and len(full["v"]) == 3 and len(full["loss"]) == 3
