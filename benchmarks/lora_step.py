@@ -11,9 +11,11 @@ the machine at hand, as ratios measured in one run: for each batch size (16 and 
 tokens), one warm-up step of each kind, then the kinds interleaved (full, LoRA six, LoRA q and v,
 full, …) so that changes in the machine's load hit all alike, and the median of the repeats. The
 inference rows time one forward pass of a batch (no gradients) with the adapters unmerged and
-after merge_lora. On a small model a step's time is largely a cost per operation, so the ratio of
-LoRA to full shrinks as the batch grows and the arithmetic takes over. Two threads (the machine's
-cores). Writes benchmarks/results/lora_step.md (or ``--out``) and prints the table.
+after merge_lora. The chapter's account: the adapters save FLOPs (no gradients for the frozen
+weights) but add memory traffic (each adapter reads its layer's input again and scales and adds a
+full-size output), and both grow with the batch, so the ratio of LoRA to full stays about the same
+from batch 16 to 64 rather than shrinking as a fixed cost per operation would make it. Two threads
+(the machine's cores). Writes benchmarks/results/lora_step.md (or ``--out``) and prints the table.
 """
 
 from __future__ import annotations

@@ -142,6 +142,12 @@ FORWARD_WRONG = [
     (learner_forward(weight_t=False), ch09.WEIGHT_UNTRANSPOSED),
     (learner_forward(update_t=True), ch09.UPDATE_TRANSPOSED),
     (forward_b_a, ch09.FORWARD_SHAPES),
+    (lambda x, w, b, A, B, alpha: x @ w.T + b + (x @ A @ B) * alpha * A.shape[1], ch09.SCALE_TIMES_R),
+    (lambda x, w, b, A, B, alpha: F.linear(x, w, b) + b + (x @ A @ B) * alpha / A.shape[1], ch09.BIAS_TWICE),
+    (lambda x, w, b, A, B, alpha: x.mm(w.T) + b + x.mm(A).mm(B) * alpha / A.shape[1], "torch.mm and .mm() take 2-D"),
+    (lambda x, w, b, A, B, alpha: (x @ w.T + b) * alpha / A.shape[1] + x @ A @ B, ch09.SCALED_BASE),
+    (lambda x, w, b, A, B, alpha: x @ w.T + (x @ A @ B + b) * (alpha / A.shape[1]), ch09.BIAS_IN_UPDATE),
+    (lambda x, w, b, A, B, alpha: x @ w + b + x @ (A @ B).T * alpha / A.shape[1], ch09.BOTH_TRANSPOSED),
     (learner_forward(scale="B.shape[1]"), ch09.SCALE_D_IN),
     (lambda x, w, b, A, B, alpha: (x @ A @ B) * alpha / A.shape[1], ch09.BASE_MISSING),
     (lambda x, w, b, A, B, alpha: x @ w.T + b + (x @ A @ B) * 2 * alpha / A.shape[1], ch09.FORWARD_FACTOR),
@@ -180,6 +186,8 @@ PARAMS_WRONG = [
     (learner_params(per="B"), ch09.PARAMS_B_ONLY),
     (learner_params(per="no r"), ch09.PARAMS_NO_R),
     (learner_params(base=True), ch09.PARAMS_BASE),
+    (lambda d, n, r, t: learner_params()(d, n, r, t) + n * sum(r + (4 * d if x == "up_proj" else d) for x in t),
+     ch09.PARAMS_BIAS),
     (learner_params(as_float=True), ch09.PARAMS_FLOAT),
     (lambda d, n, r, t: n * r * 2 * d * len(t), ch09.PARAMS_FFN),                 # every map taken as square
     (lambda d, n, r, t: learner_params()(d, n, r, t) + 1, "wrong values. Hint: per adapted map"),
@@ -289,10 +297,24 @@ LIBRARY_ANSWERS = [
                                          for t in targets)
             return count_lora_params(add_lora(model, list(targets), r, 1.0))
         """, "tinyformer.lora.count_lora_params"),
+    ("lora_params", """\
+        import torch.nn as nn
+        from tinyformer.lora import LoRALinear
+
+        def lora_params(d_model, n_layer, r, targets):
+            total = 0
+            for t in targets:
+                d_in, d_out = {"up_proj": (d_model, 4 * d_model),
+                               "down_proj": (4 * d_model, d_model)}.get(t, (d_model, d_model))
+                layer = LoRALinear(nn.Linear(d_in, d_out, device="meta"), r, 1.0)
+                total += sum(p.numel() for p in layer.parameters() if p.requires_grad)
+            return n_layer * total
+        """, "tinyformer.lora.LoRALinear.__init__"),
 ]
 
 
-@pytest.mark.parametrize("k", range(len(LIBRARY_ANSWERS)), ids=[n for n, _, _ in LIBRARY_ANSWERS])
+@pytest.mark.parametrize("k", range(len(LIBRARY_ANSWERS)),
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(LIBRARY_ANSWERS)])
 def test_the_library_answer_is_flagged(k):
     name, source, caught = LIBRARY_ANSWERS[k]
     fn = define(textwrap.dedent(source), checks.EXERCISES[name].function)

@@ -40,3 +40,9 @@ def test_finetune_leaves_the_base_alone_and_trains_what_it_says():
     assert lora["trainable"] == 1 * 2 * (4 * (16 + 16) + 2 * (16 + 64))
     assert full["optimizer_bytes"] == 8 * full["trainable"]
     assert full["eval_step"] == [0, 2, 3] and len(full["v"]) == 3 and len(full["loss"]) == 3
+
+
+def test_traffic_counts_no_bytes_for_a_view():
+    x = torch.ones(4, 8)
+    assert ch09.traffic(lambda: x.T) == (1, 0)
+    assert ch09.traffic(lambda: x.T.contiguous())[1] > 0

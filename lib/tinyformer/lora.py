@@ -95,10 +95,11 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: ``(..., d_in)`` -> ``(..., d_out)``."""
-        y = self.base(x)                              # x W + b, frozen
-        if self.merged:                               # the update is inside base.weight already
+        y = self.base(x)                # x W + b, frozen
+        if self.merged:                 # the update is in base.weight already
             return y
-        return y + (x @ self.A @ self.B) * self.scale  # (..., d_in) -> (..., r) -> (..., d_out)
+        # (..., d_in) -> (..., r) -> (..., d_out), scaled by alpha / r
+        return y + (x @ self.A @ self.B) * self.scale
 
     @torch.no_grad()
     def merge(self) -> LoRALinear:

@@ -12,13 +12,14 @@ detached factors gives the right numbers and trains nothing.
 
 Exercise 9.2 (``lora_params``) counts the trainable parameters of LoRA adapters of rank ``r`` on the
 named linear maps of every block of a GPT (``d_ff = 4 · d_model``): ``r · (d_in + d_out)`` per
-adapted map. As in 5.2 and 8.2, only an int passes (a float that equals the count is told to
-return an int); each slip (``r · d_in · d_out``, ``d_model`` for the feed-forward width, one
-layer, ``A`` or ``B`` only, ``(d_in + d_out)`` without ``r``, the base weights added) gives its own
+adapted map. As in 5.2 and 8.2, only an int passes (NumPy integers and 0-d integer tensors are
+read as ints; a float that equals the count is told to return an int); each slip
+(``r · d_in · d_out``, ``d_model`` for the feed-forward width, one layer, ``A`` or ``B`` only,
+``(d_in + d_out)`` without ``r``, the base weights added, adapters with biases) gives its own
 counts on the fixed cases.
 
 Library answers: for 9.1, the library's ``LoRALinear`` and ``add_lora``; for 9.2,
-``count_lora_params`` (and ``add_lora``, whose model it counts).
+``count_lora_params``, and ``add_lora`` and ``LoRALinear``, whose parameters an answer may count.
 """
 
 from __future__ import annotations
@@ -74,18 +75,25 @@ def lora_forward_reference(x, weight, bias, A, B, alpha):
     return x @ weight.T + bias + (x @ A @ B) * (alpha / r)
 
 
-def _forward(*, scale="alpha/r", bias="added", weight="transposed", update="xAB", base="added"):
+def _forward(*, scale="alpha/r", bias="added", weight="transposed", update="xAB", base="added",
+             scaled="update"):
     """The adapted layer with the slips named by the keywords; the defaults are right."""
     base_ = base
 
     def wrong(x, weight_, bias_, A, B, alpha):
         r, d_in = A.shape[1], A.shape[0]
-        s = {"alpha/r": alpha / r, "alpha": alpha, "1": 1.0, "r/alpha": r / alpha,
+        s = {"alpha/r": alpha / r, "alpha": alpha, "1": 1.0, "r/alpha": r / alpha, "alpha*r": alpha * r,
              "alpha/sqrt(r)": alpha / math.sqrt(r), "alpha/d_in": alpha / d_in}[scale]
         out = x @ (weight_.T if weight == "transposed" else weight_)
         delta = x @ A @ B if update == "xAB" else x @ (A @ B).T
         if base_ == "missing":
             return delta * s
+        if scaled == "base":                          # the frozen output scaled, the update not
+            return (out + bias_) * s + delta
+        if scaled == "bias too":                      # the bias inside the scaled update
+            return out + (delta + bias_) * s
+        if bias == "twice":                           # once in the base output, once more after
+            return out + bias_ + delta * s + bias_
         if bias == "missing":
             return out + delta * s
         if bias == "scaled":                          # everything scaled, not the update alone
@@ -96,6 +104,9 @@ def _forward(*, scale="alpha/r", bias="added", weight="transposed", update="xAB"
 
 SCALE_ALPHA = ("you scaled the update by alpha, not alpha / r: the rank divides it (A.shape[1] is r), so that "
                "changing r does not change how large the update's steps are.")
+SCALE_TIMES_R = "you multiplied by r: the scale is alpha / r, alpha divided by the rank A.shape[1]."
+BIAS_TWICE = ("you added the bias twice (F.linear(x, weight, bias) already adds it, as does x @ weight.T + bias): add "
+              "it once.")
 SCALE_NONE = ("you added x A B without its scale: the update is (x A B) * alpha / r, and alpha is not always "
               "equal to r.")
 SCALE_FLIPPED = "your scale is upside down: r / alpha where it should be alpha / r."
@@ -113,6 +124,12 @@ UPDATE_TRANSPOSED = ("you transposed the update: A is (d_in, r) and B is (r, d_o
                      "meets it.")
 BASE_MISSING = ("you returned the update alone: the adapted layer is the frozen layer's output, x Wᵀ + b, plus "
                 "the update (x A B) * alpha / r.")
+SCALED_BASE = ("you scaled the frozen layer's output, (x Wᵀ + b) · alpha / r, and added the update unscaled: it is the "
+               "other way round, the pretrained output stays as it is and only x A B is scaled.")
+BIAS_IN_UPDATE = ("you put the bias inside the scaled update, (x A B + b) · alpha / r: the bias belongs to the frozen "
+                  "layer, x Wᵀ + b, and is not scaled.")
+BOTH_TRANSPOSED = ("both products are transposed: weight is (d_out, d_in), so the base output is x @ weight.T, while A "
+                   "(d_in, r) and B (r, d_out) already meet x as x @ A @ B; you wrote x @ weight and x @ (A @ B).T.")
 FORWARD_FACTOR = ("the base output is right and your update points the right way, but its size is off by a factor: "
                   "the update is (x A B) * alpha / r, with r = A.shape[1].")
 FORWARD_SHAPES = ("shapes: x is (…, d_in), weight (d_out, d_in) as nn.Linear stores it, A (d_in, r), B (r, d_out). "
@@ -123,6 +140,8 @@ FORWARD_GENERIC = ("compute x @ weight.T + bias + (x @ A @ B) * (alpha / r) with
 
 FORWARD_MISTAKES = [
     (_forward(scale="alpha"), SCALE_ALPHA),
+    (_forward(scale="alpha*r"), SCALE_TIMES_R),
+    (_forward(bias="twice"), BIAS_TWICE),
     (_forward(scale="1"), SCALE_NONE),
     (_forward(scale="r/alpha"), SCALE_FLIPPED),
     (_forward(scale="alpha/sqrt(r)"), SCALE_RS),
@@ -132,6 +151,9 @@ FORWARD_MISTAKES = [
     (_forward(weight="untransposed"), WEIGHT_UNTRANSPOSED),
     (_forward(update="transposed"), UPDATE_TRANSPOSED),
     (_forward(base="missing"), BASE_MISSING),
+    (_forward(scaled="base"), SCALED_BASE),
+    (_forward(scaled="bias too"), BIAS_IN_UPDATE),
+    (_forward(weight="untransposed", update="transposed"), BOTH_TRANSPOSED),
 ]
 
 
@@ -157,6 +179,9 @@ register(Exercise(
     grad_args=(3, 4), mistakes=FORWARD_MISTAKES,
     diagnose=safe_diagnosis(_diagnose_forward), diagnose_hints=(FORWARD_FACTOR,),
     error_hints=[
+        (RuntimeError, r"(self must be a matrix|must be a matrix|Expected 2-D|2D)",
+         "torch.mm and .mm() take 2-D matrices only, and x may have several leading dimensions, (B, T, d_in): use @ "
+         "(torch.matmul), which multiplies over the last two axes and broadcasts the rest."),
         (RuntimeError, r"(cannot be multiplied|size of tensor a|must match the size|Expected size|mismatch)",
          FORWARD_SHAPES),
     ],
@@ -174,7 +199,8 @@ def _shape(name: str, d: int, d_ff: int) -> tuple[int, int]:
     return {"up_proj": (d, d_ff), "down_proj": (d_ff, d)}.get(name, (d, d))
 
 
-def _params(d_model, n_layer, r, targets, *, per="r(in+out)", d_ff="4d", layers="all", base=False):
+def _params(d_model, n_layer, r, targets, *, per="r(in+out)", d_ff="4d", layers="all", base=False,
+            bias=False):
     """The count with the slips named by the keywords; the defaults are right."""
     width = 4 * d_model if d_ff == "4d" else d_model
     total = 0
@@ -184,6 +210,8 @@ def _params(d_model, n_layer, r, targets, *, per="r(in+out)", d_ff="4d", layers=
                   "A only": r * d_in, "B only": r * d_out}[per]
         if base:
             total += d_in * d_out + d_out
+        if bias:                                      # the adapters given biases of their own
+            total += r + d_out
     return total * (n_layer if layers == "all" else 1)
 
 
@@ -192,10 +220,11 @@ def lora_params_reference(d_model, n_layer, r, targets):
 
 
 def _params_cases(g):
-    """Fixed first (d_model, n_layer, r, targets): Llama-2-7B-like q and v at rank 8 (Hu et al.'s
-    setting, 4,194,304), the chapter's model on all six maps at rank 8, a small model on the
-    feed-forward maps alone, one layer; then three random ones."""
-    cases = [(4096, 32, 8, ("q_proj", "v_proj")), (128, 4, 8, MAPS), (64, 3, 2, ("up_proj", "down_proj")),
+    """Fixed first (d_model, n_layer, r, targets): a GPT-2-medium-sized model's q and v at rank 8
+    (786,432; small enough that an answer which builds the model to count it still runs), the
+    chapter's model on all six maps at rank 8, a small model on the feed-forward maps alone, one
+    layer; then three random ones."""
+    cases = [(1024, 24, 8, ("q_proj", "v_proj")), (128, 4, 8, MAPS), (64, 3, 2, ("up_proj", "down_proj")),
              (32, 1, 4, ("q_proj", "o_proj", "up_proj"))]
     for _ in range(3):
         k = _randint(g, 1, 6)
@@ -214,6 +243,8 @@ PARAMS_B_ONLY = "you counted B alone, r · d_out: A, (d_in, r), is trained too."
 PARAMS_NO_R = "you left out the rank: A and B hold d_in · r and r · d_out numbers, r · (d_in + d_out) in all."
 PARAMS_BASE = ("you added the frozen base weights (and biases): they do not train, so they count as zero here; "
                "only A and B do.")
+PARAMS_BIAS = ("you gave the adapters biases (r + d_out more per map, as two nn.Linear layers would have): LoRA's A "
+               "and B are plain matrices, with no bias.")
 PARAMS_FLOAT = "the count is right but a float: return an int (use // or int(), not /)."
 PARAMS_GENERIC = ("per adapted map of shape (d_in, d_out): r · (d_in + d_out); q, k, v and o are (d_model, d_model), "
                   "up (d_model, 4·d_model), down (4·d_model, d_model); times n_layer.")
@@ -226,6 +257,7 @@ PARAMS_MISTAKES = [
     (lambda d, n, r, t: _params(d, n, r, t, per="B only"), PARAMS_B_ONLY),
     (lambda d, n, r, t: _params(d, n, r, t, per="in+out"), PARAMS_NO_R),
     (lambda d, n, r, t: _params(d, n, r, t, base=True), PARAMS_BASE),
+    (lambda d, n, r, t: _params(d, n, r, t, bias=True), PARAMS_BIAS),
 ]
 
 
@@ -238,7 +270,7 @@ def _diagnose_params(cases, outputs, refs):
 register(Exercise(
     name="lora_params", number="9.2", function="lora_params", chapter=CHAPTER,
     args=("d_model", "n_layer", "r", "targets"),
-    library_answers=("tinyformer.lora.count_lora_params", "tinyformer.lora.add_lora"),
+    library_answers=("tinyformer.lora.count_lora_params", "tinyformer.lora.add_lora", "tinyformer.lora.LoRALinear"),
     make_cases=_params_cases, reference=lora_params_reference, returns="the number of trainable parameters, an int",
     rtol=0.0, atol=0.0, compare=lambda case, out, ref: type(out) is int and out == ref,
     mistakes=PARAMS_MISTAKES,

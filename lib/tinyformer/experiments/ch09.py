@@ -42,19 +42,23 @@ def trainable_params(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def finetune(base, train_ids, *, targets=None, r: int = 8, alpha: float = 8.0, lr: float = 1e-3,
-             steps: int = 150, batch_size: int = 16, block_size: int = 128, evals: dict | None = None,
-             eval_every: int = 25, eval_batches: int = 5, seed: int = 0, progress: bool = False) -> dict:
-    """Adapt a copy of ``base`` (left unchanged) for ``steps`` steps of AdamW on ``train_ids``:
-    every weight (``targets=None``, full fine-tuning) or LoRA adapters of rank ``r`` and scale
-    ``alpha / r`` on the linear maps whose names end with ``targets``. No weight decay, 10 warm-up
-    steps, cosine decay to ``lr/10``, clipping at 1 (chapter 6's recipe, shorter).
+def finetune(base, train_ids, *, targets=None, r: int = 8,
+             alpha: float = 8.0, lr: float = 1e-3, steps: int = 150,
+             batch_size: int = 16, block_size: int = 128, evals=None,
+             eval_every: int = 25, eval_batches: int = 5, seed: int = 0,
+             progress: bool = False) -> dict:
+    """Adapt a copy of ``base`` (left unchanged) with AdamW on ``train_ids``:
+    every weight (``targets=None``: full fine-tuning), or LoRA adapters of
+    rank ``r`` and scale ``alpha / r`` on the linear maps whose names end
+    with ``targets``. No weight decay, 10 warm-up steps, cosine decay to
+    ``lr / 10``, clipping at 1: chapter 6's recipe, shorter.
 
-    Every ``eval_every`` steps (and at step 0) the loss on each stream of ``evals`` (a dict name ->
-    token stream) is measured on ``eval_batches`` fixed batches. Returns ``{"model", "trainable",
-    "optimizer_bytes", "seconds_per_step", "loss" (per step), "eval_step", <name>: [loss at each
-    eval step]}``; ``optimizer_bytes`` is what Adam's two moments hold (8 bytes per trainable
-    float32 parameter); ``seconds_per_step`` leaves the evaluations out."""
+    Every ``eval_every`` steps (and at step 0) it measures the loss on each
+    stream of ``evals`` (name -> token stream), on ``eval_batches`` fixed
+    batches. Returns ``{"model", "trainable", "optimizer_bytes",
+    "seconds_per_step", "loss" (per step), "eval_step", <name>: [losses]}``;
+    ``optimizer_bytes`` is what Adam's two moments hold, 8 bytes per
+    trainable float32 parameter (the evaluations are not timed)."""
     model = copy.deepcopy(base).train()
     if targets is None:
         model.requires_grad_(True)
@@ -72,13 +76,15 @@ def finetune(base, train_ids, *, targets=None, r: int = 8, alpha: float = 8.0, l
     def evaluate(step):
         out["eval_step"].append(step)
         for name, ids in evals.items():
-            out.setdefault(name, []).append(estimate_loss(model, ids, batch_size, block_size, eval_batches))
+            loss = estimate_loss(model, ids, batch_size, block_size,
+                                 eval_batches)
+            out.setdefault(name, []).append(loss)
 
     evaluate(0)
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=steps, desc="fine-tuning", unit="step", mininterval=2.0)
+        bar = tqdm(total=steps, desc="fine-tuning", unit="step", mininterval=2)
     busy = 0.0
     for step in range(1, steps + 1):
         start = time.perf_counter()
@@ -103,11 +109,13 @@ def finetune(base, train_ids, *, targets=None, r: int = 8, alpha: float = 8.0, l
 
 
 def traffic(fn) -> tuple[int, int]:
-    """``(operations, bytes)`` of one call of ``fn()``: the tensor operations PyTorch dispatches to
-    kernels (as :func:`tinyformer.experiments.ch08.count_ops` counts them) and the bytes of every
-    tensor each one reads or writes (its tensor arguments and results, counted once per operation).
-    The bytes are a model of the memory traffic, not a measurement: a kernel may read an input
-    twice or keep it in cache. Views count too, though they move nothing."""
+    """``(operations, bytes)`` of one call of ``fn()``: the tensor
+    operations PyTorch dispatches to kernels (as Chapter 8's ``count_ops``
+    counts them) and the bytes of the tensors each one reads or writes (its
+    tensor arguments and results, once per operation). The bytes are a model
+    of the memory traffic, not a measurement: a kernel may read an input
+    twice, or find it in cache. A view (a transpose, a reshape) counts as an
+    operation but moves no bytes."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -118,9 +126,11 @@ def traffic(fn) -> tuple[int, int]:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            tensors = [t for t in tree_flatten((args, kwargs or {}, out))[0] if isinstance(t, torch.Tensor)]
             self.ops += 1
-            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            if not func.is_view:         # a view shares its input's memory
+                leaves = tree_flatten((args, kwargs or {}, out))[0]
+                self.bytes += sum(t.numel() * t.element_size() for t in leaves
+                                  if isinstance(t, torch.Tensor))
             return out
 
     if not callable(fn):
