@@ -37,11 +37,6 @@ def domain_data(bpe, n_train: int = 3000, n_val: int = 400, seed: int = 0, mix=(
     return stream(n_train, seed), stream(n_val, seed + 1)
 
 
-def trainable_params(model) -> int:
-    """The parameters an optimizer would update: those with ``requires_grad``."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
 def finetune(base, train_ids, *, targets=None, r: int = 8,
              alpha: float = 8.0, lr: float = 1e-3, steps: int = 150,
              batch_size: int = 16, block_size: int = 128, evals=None,
@@ -152,5 +147,5 @@ def energy_in_top(s: torch.Tensor, k: int) -> float:
     return float(e[:k].sum() / e.sum())
 
 
-__all__ = ["ALL_SIX", "ATTENTION", "domain_data", "energy_in_top", "finetune", "traffic", "trainable_params",
+__all__ = ["ALL_SIX", "ATTENTION", "domain_data", "energy_in_top", "finetune", "traffic",
            "update_spectrum"]
