@@ -46,3 +46,36 @@ def test_traffic_counts_no_bytes_for_a_view():
     x = torch.ones(4, 8)
     assert ch09.traffic(lambda: x.T) == (1, 0)
     assert ch09.traffic(lambda: x.T.contiguous())[1] > 0
+
+
+def test_finetune_unfreeze_trains_the_chosen_base_weights_and_nothing_else():
+    bpe = BPETokenizer.train("the cow did not cross the road because it was too tired .\n" * 20, 300,
+                             special_tokens=["<|endoftext|>"])
+    train_ids, _ = ch09.domain_data(bpe, n_train=60, n_val=20)
+    base = GPT(GPTConfig(vocab_size=bpe.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16))
+    before = dict(base.named_parameters())
+    matrices = {k for k in before if k.endswith("proj.weight")}
+    assert len(matrices) == 6                               # one block: q, k, v, o, up, down
+    kw = dict(steps=2, batch_size=2, block_size=16)
+
+    def changed(model):
+        return {k for k, v in model.named_parameters() if not torch.equal(v, before[k.replace(".base", "")])}
+
+    proj = ch09.finetune(base, train_ids, unfreeze="proj", **kw)
+    assert changed(proj["model"]) == matrices
+    assert proj["trainable"] == sum(before[k].numel() for k in matrices)
+    rest = ch09.finetune(base, train_ids, unfreeze="rest", **kw)
+    assert changed(rest["model"]) == set(before) - matrices
+    assert proj["trainable"] + rest["trainable"] == sum(p.numel() for p in base.parameters())
+    both = ch09.finetune(base, train_ids, targets=ch09.ALL_SIX, r=2, alpha=2.0, unfreeze="rest", **kw)
+    trained = {k for k, p in both["model"].named_parameters() if p.requires_grad}
+    assert {k for k in trained if k.endswith((".A", ".B"))} and all(
+        k.endswith((".A", ".B")) or not k.endswith("proj.base.weight") for k in trained)
+    assert both["trainable"] == rest["trainable"] + 1 * 2 * (4 * (16 + 16) + 2 * (16 + 64))
+    for bad in (dict(unfreeze="proj", targets=ch09.ALL_SIX), dict(unfreeze="everything")):
+        try:
+            ch09.finetune(base, train_ids, **kw, **bad)
+        except ValueError as e:
+            assert "unfreeze" in str(e)
+        else:
+            raise AssertionError(f"{bad} was accepted")

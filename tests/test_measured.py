@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 
+import pytest
 import torch
 
 from tinyformer import measured
@@ -71,18 +72,21 @@ def test_the_stored_adaptation_runs_have_every_arm_and_seed_the_chapter_reads():
             assert len(r["new"]) == len(r["english"]) == 7
             assert all(math.isfinite(v) for v in r["loss"] + r["new"] + r["english"])
             assert r["optimizer_bytes"] == 8 * r["trainable"]
-            assert ("spectra" in r) == ("targets" not in settings)
+            assert ("spectra" in r) == ("targets" not in settings and settings.get("unfreeze") != "rest")
+        default = None if settings.get("targets") else "all"
+        assert stored["arms"][arm]["unfreeze"] == settings.get("unfreeze", default)
 
 
-def test_a_stored_adaptation_run_starts_as_a_fresh_run_of_the_script_does():
+@pytest.mark.parametrize("arm, seed", [("all-r8", 1), ("all-r8-rest", 2)])
+def test_a_stored_adaptation_run_starts_as_a_fresh_run_of_the_script_does(arm, seed):
     from tinyformer.experiments.ch09 import finetune
     from tinyformer.pretrained import english_gpt
 
     base, bpe = english_gpt()
     new_train, _ = cpu_lora_ch09.domain_data(bpe)
-    stored = measured("cpu-ch09-lora")["runs"]["all-r8/seed1"]
-    torch.manual_seed(1)
-    fresh = finetune(base, new_train, steps=10, seed=1, **cpu_lora_ch09.ARMS["all-r8"])
+    stored = measured("cpu-ch09-lora")["runs"][f"{arm}/seed{seed}"]
+    torch.manual_seed(seed)
+    fresh = finetune(base, new_train, steps=10, seed=seed, **cpu_lora_ch09.ARMS[arm])
     # the warm-up's 10 steps do not depend on the run's length; other thread counts change the last bits
     assert all(math.isclose(a, b, rel_tol=1e-4) for a, b in zip(fresh["loss"], stored["loss"][:10]))
     assert fresh["trainable"] == stored["trainable"]

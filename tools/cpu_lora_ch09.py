@@ -7,10 +7,13 @@ Chapter 6's English GPT (tinyformer.pretrained) is adapted to the synthetic lang
 steps, by full fine-tuning at three learning rates and by LoRA: on all six linear maps of every
 block at ranks 1 to 64 (alpha 8, PEFT's default, so a scale of 8/r), at three learning rates for
 rank 8, on the attention maps only, on q and v only, on the feed-forward maps only, and with
-rsLoRA's scale (alpha/sqrt(r)) at ranks 16 and 64. Sixteen runs a seed, about 15 minutes of two
-cores: more than a chapter may spend. This script writes lib/tinyformer/measured/cpu-ch09-lora.json,
-which the chapter reads; the chapter re-runs three arms of seed 0 itself (tests/test_measured.py
-checks that this file agrees with a fresh run of one arm).
+rsLoRA's scale (alpha/sqrt(r)) at ranks 16 and 64. Then, to take apart the gap between LoRA and
+full fine-tuning: full fine-tuning at 3e-3, only the 24 weight matrices of the blocks (at full
+rank), only the embeddings, biases and norms, and LoRA at ranks 1 and 8 with those trainable too.
+Twenty-three runs a seed, about 13 minutes of two cores: more than a chapter may spend. This
+script writes lib/tinyformer/measured/cpu-ch09-lora.json, which the chapter reads; the chapter
+re-runs two arms of seed 0 itself, and tests/test_measured.py checks that this file agrees with
+fresh runs of two arms.
 
 Per run: the new-domain and English losses every 25 steps (5 fixed batches each), the training
 loss of every step, the trainable parameters and the seconds per step (on a shared machine:
@@ -49,6 +52,15 @@ ARMS = {
     "ffn-r8": dict(targets=FFN, r=8, alpha=8.0, lr=1e-2),
     "all-r16-rs": dict(targets=ALL_SIX, r=16, alpha=8.0 * math.sqrt(16), lr=1e-2),
     "all-r64-rs": dict(targets=ALL_SIX, r=64, alpha=8.0 * math.sqrt(64), lr=1e-2),
+    # what the gap to full fine-tuning is made of: the rate, the weight matrices
+    # at full rank, or the parameters LoRA leaves frozen (embeddings, biases, norms)
+    "full-lr3e-3": dict(lr=3e-3),
+    "proj-lr1e-3": dict(unfreeze="proj", lr=1e-3),
+    "proj-lr3e-3": dict(unfreeze="proj", lr=3e-3),
+    "rest-lr1e-3": dict(unfreeze="rest", lr=1e-3),
+    "rest-lr1e-2": dict(unfreeze="rest", lr=1e-2),
+    "all-r8-rest": dict(targets=ALL_SIX, r=8, alpha=8.0, unfreeze="rest", lr=1e-2),
+    "all-r1-rest": dict(targets=ALL_SIX, r=1, alpha=8.0, unfreeze="rest", lr=1e-2),
 }
 KS = (1, 4, 8, 16, 64)
 
@@ -85,10 +97,12 @@ def main() -> None:
             run = {k: o[k] for k in ("trainable", "optimizer_bytes", "eval_step")}
             run.update(new=[round(v, 5) for v in o["new"]], english=[round(v, 5) for v in o["english"]],
                        loss=[round(v, 5) for v in o["loss"]], seconds_per_step=round(o["seconds_per_step"], 4))
-            if "targets" not in ARMS[arm]:
+            if "targets" not in ARMS[arm] and ARMS[arm].get("unfreeze") != "rest":
                 run["spectra"] = spectra(base, o["model"])
             data["runs"][key] = run
-            data["arms"] = {k: {**v, "targets": list(v.get("targets") or [])} for k, v in ARMS.items()}
+            data["arms"] = {k: {**v, "targets": list(v.get("targets") or []),
+                                "unfreeze": v.get("unfreeze", None if v.get("targets") else "all")}
+                            for k, v in ARMS.items()}
             data["provenance"] = dict(script="tools/cpu_lora_ch09.py", date=str(date.today()),
                                       cpu=platform.machine(), threads=_num_threads(),
                                       steps=150, batch_size=16, block_size=128, eval_every=25, eval_batches=5)

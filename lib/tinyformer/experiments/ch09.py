@@ -12,6 +12,7 @@ operations and bytes of a training step.
 from __future__ import annotations
 
 import copy
+import re
 import time
 
 import torch
@@ -41,12 +42,18 @@ def finetune(base, train_ids, *, targets=None, r: int = 8,
              alpha: float = 8.0, lr: float = 1e-3, steps: int = 150,
              batch_size: int = 16, block_size: int = 128, evals=None,
              eval_every: int = 25, eval_batches: int = 5, seed: int = 0,
-             progress: bool = False) -> dict:
+             unfreeze: str | None = None, progress: bool = False) -> dict:
     """Adapt a copy of ``base`` (left unchanged) with AdamW on ``train_ids``:
     every weight (``targets=None``: full fine-tuning), or LoRA adapters of
     rank ``r`` and scale ``alpha / r`` on the linear maps whose names end
     with ``targets``. No weight decay, 10 warm-up steps, cosine decay to
     ``lr / 10``, clipping at 1: chapter 6's recipe, shorter.
+
+    ``unfreeze`` chooses which base weights train besides any adapters:
+    ``"all"`` (the default without ``targets``), ``"proj"`` (only the weight
+    matrices of the six linear maps), ``"rest"`` (everything else: the
+    embeddings, the biases and the layer norms) or ``None`` (the default
+    with ``targets``: the adapters alone).
 
     Every ``eval_every`` steps (and at step 0) it measures the loss on each
     stream of ``evals`` (name -> token stream), on ``eval_batches`` fixed
@@ -54,15 +61,25 @@ def finetune(base, train_ids, *, targets=None, r: int = 8,
     "seconds_per_step", "loss" (per step), "eval_step", <name>: [losses]}``;
     ``optimizer_bytes`` is what Adam's two moments hold, 8 bytes per
     trainable float32 parameter (the evaluations are not timed)."""
+    if unfreeze is None and targets is None:
+        unfreeze = "all"
+    allowed = (None, "rest") if targets else ("all", "proj", "rest")
+    if unfreeze not in allowed:
+        raise ValueError(f"unfreeze must be one of {allowed} with "
+                         f"targets={targets!r}, got {unfreeze!r}")
     model = copy.deepcopy(base).train()
-    if targets is None:
-        model.requires_grad_(True)
-    else:
+    if targets is not None:
         torch.manual_seed(seed)                       # A's random start
-        add_lora(model, targets, r, alpha)
+        add_lora(model, targets, r, alpha)            # freezes the base
+    for name, p in model.named_parameters():
+        if name.endswith((".A", ".B")):
+            continue                                  # adapters always train
+        matrix = re.search(r"proj(\.base)?\.weight$", name) is not None
+        p.requires_grad_({"all": True, "proj": matrix, "rest": not matrix,
+                          None: False}[unfreeze])
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
-    assert targets is None or n == count_lora_params(model)
+    assert unfreeze is not None or n == count_lora_params(model)
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
     out = dict(trainable=n, optimizer_bytes=8 * n, loss=[], eval_step=[])
