@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "lib" / "tinyformer"
 MODEL_LIBRARY = ("attention", "blocks", "positions", "model", "sampling", "tokenizers", "data", "training",
-                 "kvcache", "scaling", "lora", "setup", "validation")
+                 "kvcache", "scaling", "lora", "interp", "setup", "validation")
 
 
 def module_name(path: Path) -> str:
