@@ -91,8 +91,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/lora_step.py
 
 # the reference suite (reference/, see the README): the library against the field's own libraries (PEFT's
-# LoRA) on the same weights. Not part of `make test`: its pins (reference/requirements.txt: transformers,
-# …) live in a venv of their own, torch again first and alone, then the library without its dependencies.
+# LoRA, TransformerLens' hooks) on the same weights. Not part of `make test`: its pins
+# (reference/requirements.txt: transformers, …) live in a venv of their own, torch again first and alone,
+# then the library without its dependencies.
 REF_VENV  := .venv-reference
 REF_PY    := $(REF_VENV)/bin/python
 REF_STAMP := $(REF_VENV)/.installed

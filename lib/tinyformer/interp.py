@@ -3,7 +3,7 @@
 Every activation the chapter reads has a name, the one TransformerLens
 gives it, so that a reader can move on to that library (per block ``l``)::
 
-    hook_embed, hook_pos_embed                  the two embeddings (B, T, d_model)
+    hook_embed, hook_pos_embed                  the embeddings, (B, T, d_model) and (T, d_model)
     blocks.{l}.hook_resid_pre                   the stream entering block l
     blocks.{l}.ln1.hook_normalized              what the attention reads
     blocks.{l}.attn.hook_q / hook_k / hook_v    (B, T, n_heads, d_head)
@@ -24,7 +24,10 @@ reads the stream through the final norm and the LM head after every block,
 :func:`previous_token_score` measure what a head attends to. All of them use
 PyTorch's module hooks, removed on the way out, so the model is never
 changed. The names assume pre-norm blocks (GPT-2's layout, the book's
-default).
+default). Two differences from TransformerLens 4 (reference/ checks the
+rest against it): its ``hook_pos_embed`` is broadcast to ``(B, T,
+d_model)``, and its ``hook_normalized`` is a layer norm's value before the
+gain and bias (here, as in TransformerLens 3, the norm's output).
 """
 
 from __future__ import annotations
