@@ -151,6 +151,7 @@ FORWARD_WRONG = [
     (learner_forward(scale="B.shape[1]"), ch09.SCALE_D_IN),
     (lambda x, w, b, A, B, alpha: (x @ A @ B) * alpha / A.shape[1], ch09.BASE_MISSING),
     (lambda x, w, b, A, B, alpha: x @ w.T + b + (x @ A @ B) * 2 * alpha / A.shape[1], ch09.FORWARD_FACTOR),
+    (lambda x, w, b, A, B, alpha: x @ w.T + b + (x @ A @ B) * (alpha // A.shape[1]), ch09.SCALE_FLOOR),
     (lambda x, w, b, A, B, alpha: x @ w.T + b + (x @ A @ B) * alpha / (A.shape[1] * x.shape[-1]),
      ch09.FORWARD_FACTOR),                                                     # divided by d as well
     (lambda x, w, b, A, B, alpha: x @ w.T + b + (x @ A @ B) * alpha / A.shape[1] + 0.5, ch09.FORWARD_GENERIC),
@@ -190,6 +191,11 @@ PARAMS_WRONG = [
      ch09.PARAMS_BIAS),
     (learner_params(as_float=True), ch09.PARAMS_FLOAT),
     (lambda d, n, r, t: n * r * 2 * d * len(t), ch09.PARAMS_FFN),                 # every map taken as square
+    (lambda d, n, r, t: n * r * (4 * 2 * d + 2 * 5 * d), ch09.PARAMS_ALL_SIX),     # targets ignored
+    (lambda d, n, r, t: 2 * n * r * 2 * d, ch09.PARAMS_QV),                        # "LoRA adapts q and v"
+    (lambda d, n, r, t: n * sum(r * (4 * d if x == "down_proj" else d) + (4 * d if x == "up_proj" else d)
+                                for x in t), ch09.PARAMS_ONE_FACTOR),
+    (lambda d, n, r, t: n * sum(r * (5 * d if x == "up_proj" else 2 * d) for x in t), ch09.PARAMS_DOWN_SQUARE),
     (lambda d, n, r, t: learner_params()(d, n, r, t) + 1, "wrong values. Hint: per adapted map"),
     (lambda d, n, r, t: str(learner_params()(d, n, r, t)), "returned a str"),
     (lambda *a: None, "returned None"),

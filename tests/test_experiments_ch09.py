@@ -79,3 +79,18 @@ def test_finetune_unfreeze_trains_the_chosen_base_weights_and_nothing_else():
             assert "unfreeze" in str(e)
         else:
             raise AssertionError(f"{bad} was accepted")
+
+
+def test_finetune_unfreeze_lr_sets_the_base_weights_own_rate():
+    bpe = BPETokenizer.train("the cow did not cross the road because it was too tired .\n" * 20, 300,
+                             special_tokens=["<|endoftext|>"])
+    train_ids, _ = ch09.domain_data(bpe, n_train=60, n_val=20)
+    base = GPT(GPTConfig(vocab_size=bpe.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16))
+    out = ch09.finetune(base, train_ids, targets=ch09.ALL_SIX, r=2, alpha=2.0, unfreeze="rest", unfreeze_lr=0.0,
+                        steps=3, batch_size=2, block_size=16)
+    before = dict(base.named_parameters())
+    for name, p in out["model"].named_parameters():
+        if name.endswith((".A", ".B")):
+            continue
+        assert torch.equal(p, before[name.replace(".base", "")]), name        # a rate of 0: unchanged
+    assert any(not torch.equal(m.B, torch.zeros_like(m.B)) for m in ch09.lora_layers(out["model"]).values())

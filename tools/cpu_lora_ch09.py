@@ -9,8 +9,9 @@ block at ranks 1 to 64 (alpha 8, PEFT's default, so a scale of 8/r), at three le
 rank 8, on the attention maps only, on q and v only, on the feed-forward maps only, and with
 rsLoRA's scale (alpha/sqrt(r)) at ranks 16 and 64. Then, to take apart the gap between LoRA and
 full fine-tuning: full fine-tuning at 3e-3, only the 24 weight matrices of the blocks (at full
-rank), only the embeddings, biases and norms, and LoRA at ranks 1 and 8 with those trainable too.
-Twenty-three runs a seed, about 13 minutes of two cores: more than a chapter may spend. This
+rank), only the embeddings, biases and norms, and LoRA at ranks 1 and 8 with those trainable too
+(at rank 8 also with them at 1e-3); and the attention maps at rank 10, as many parameters as the
+feed-forward maps at rank 8. Twenty-five runs a seed, about 14 minutes of two cores: more than a chapter may spend. This
 script writes lib/tinyformer/measured/cpu-ch09-lora.json, which the chapter reads; the chapter
 re-runs two arms of seed 0 itself, and tests/test_measured.py checks that this file agrees with
 fresh runs of two arms.
@@ -61,6 +62,9 @@ ARMS = {
     "rest-lr1e-2": dict(unfreeze="rest", lr=1e-2),
     "all-r8-rest": dict(targets=ALL_SIX, r=8, alpha=8.0, unfreeze="rest", lr=1e-2),
     "all-r1-rest": dict(targets=ALL_SIX, r=1, alpha=8.0, unfreeze="rest", lr=1e-2),
+    # the same with those parameters at full fine-tuning's rate; attention at as many parameters as ffn-r8
+    "all-r8-rest-lr1e-3": dict(targets=ALL_SIX, r=8, alpha=8.0, unfreeze="rest", lr=1e-2, unfreeze_lr=1e-3),
+    "attn-r10": dict(targets=ATTENTION, r=10, alpha=10.0, lr=1e-2),
 }
 KS = (1, 4, 8, 16, 64)
 

@@ -83,7 +83,7 @@ def _forward(*, scale="alpha/r", bias="added", weight="transposed", update="xAB"
     def wrong(x, weight_, bias_, A, B, alpha):
         r, d_in = A.shape[1], A.shape[0]
         s = {"alpha/r": alpha / r, "alpha": alpha, "1": 1.0, "r/alpha": r / alpha, "alpha*r": alpha * r,
-             "alpha/sqrt(r)": alpha / math.sqrt(r), "alpha/d_in": alpha / d_in}[scale]
+             "alpha/sqrt(r)": alpha / math.sqrt(r), "alpha/d_in": alpha / d_in, "alpha//r": alpha // r}[scale]
         out = x @ (weight_.T if weight == "transposed" else weight_)
         delta = x @ A @ B if update == "xAB" else x @ (A @ B).T
         if base_ == "missing":
@@ -130,6 +130,8 @@ BIAS_IN_UPDATE = ("you put the bias inside the scaled update, (x A B + b) · alp
                   "layer, x Wᵀ + b, and is not scaled.")
 BOTH_TRANSPOSED = ("both products are transposed: weight is (d_out, d_in), so the base output is x @ weight.T, while A "
                    "(d_in, r) and B (r, d_out) already meet x as x @ A @ B; you wrote x @ weight and x @ (A @ B).T.")
+SCALE_FLOOR = ("you divided with //, floor division: alpha // r rounds the scale down (to 0 whenever r > alpha, "
+               "which switches the update off); use alpha / r.")
 FORWARD_FACTOR = ("the base output is right and your update points the right way, but its size is off by a factor: "
                   "the update is (x A B) * alpha / r, with r = A.shape[1].")
 FORWARD_SHAPES = ("shapes: x is (…, d_in), weight (d_out, d_in) as nn.Linear stores it, A (d_in, r), B (r, d_out). "
@@ -154,6 +156,7 @@ FORWARD_MISTAKES = [
     (_forward(scaled="base"), SCALED_BASE),
     (_forward(scaled="bias too"), BIAS_IN_UPDATE),
     (_forward(weight="untransposed", update="transposed"), BOTH_TRANSPOSED),
+    (_forward(scale="alpha//r"), SCALE_FLOOR),
 ]
 
 
@@ -202,12 +205,14 @@ def _shape(name: str, d: int, d_ff: int) -> tuple[int, int]:
 def _params(d_model, n_layer, r, targets, *, per="r(in+out)", d_ff="4d", layers="all", base=False,
             bias=False):
     """The count with the slips named by the keywords; the defaults are right."""
-    width = 4 * d_model if d_ff == "4d" else d_model
+    width = 4 * d_model if d_ff in ("4d", "down square") else d_model
     total = 0
     for name in targets:
         d_in, d_out = _shape(name, d_model, width)
+        if d_ff == "down square" and name == "down_proj":
+            d_in = d_model                            # taken as (d_model, d_model)
         total += {"r(in+out)": r * (d_in + d_out), "r*in*out": r * d_in * d_out, "in+out": d_in + d_out,
-                  "A only": r * d_in, "B only": r * d_out}[per]
+                  "A only": r * d_in, "B only": r * d_out, "r*in+out": r * d_in + d_out}[per]
         if base:
             total += d_in * d_out + d_out
         if bias:                                      # the adapters given biases of their own
@@ -245,6 +250,14 @@ PARAMS_BASE = ("you added the frozen base weights (and biases): they do not trai
                "only A and B do.")
 PARAMS_BIAS = ("you gave the adapters biases (r + d_out more per map, as two nn.Linear layers would have): LoRA's A "
                "and B are plain matrices, with no bias.")
+PARAMS_ALL_SIX = ("you counted all six maps whatever targets names: only the maps in targets get adapters "
+                  "(loop over targets, not over every projection).")
+PARAMS_QV = ("you counted q_proj and v_proj whatever targets names (Hu et al.'s choice, not the exercise's): loop "
+             "over the names in targets.")
+PARAMS_ONE_FACTOR = ("you multiplied only A's size by r, r · d_in + d_out: B is (r, d_out), so it holds r · d_out "
+                     "numbers too; r · (d_in + d_out) in all.")
+PARAMS_DOWN_SQUARE = ("down_proj is not square: it maps the feed-forward width back, (4·d_model, d_model), so its "
+                      "adapter holds r · (4·d_model + d_model), as up_proj's does.")
 PARAMS_FLOAT = "the count is right but a float: return an int (use // or int(), not /)."
 PARAMS_GENERIC = ("per adapted map of shape (d_in, d_out): r · (d_in + d_out); q, k, v and o are (d_model, d_model), "
                   "up (d_model, 4·d_model), down (4·d_model, d_model); times n_layer.")
@@ -258,6 +271,10 @@ PARAMS_MISTAKES = [
     (lambda d, n, r, t: _params(d, n, r, t, per="in+out"), PARAMS_NO_R),
     (lambda d, n, r, t: _params(d, n, r, t, base=True), PARAMS_BASE),
     (lambda d, n, r, t: _params(d, n, r, t, bias=True), PARAMS_BIAS),
+    (lambda d, n, r, t: _params(d, n, r, MAPS), PARAMS_ALL_SIX),
+    (lambda d, n, r, t: _params(d, n, r, ("q_proj", "v_proj")), PARAMS_QV),
+    (lambda d, n, r, t: _params(d, n, r, t, per="r*in+out"), PARAMS_ONE_FACTOR),
+    (lambda d, n, r, t: _params(d, n, r, t, d_ff="down square"), PARAMS_DOWN_SQUARE),
 ]
 
 

@@ -18,7 +18,7 @@ import time
 import torch
 
 from tinyformer.data import get_batch, pack_documents, synthetic_corpus
-from tinyformer.lora import add_lora, count_lora_params
+from tinyformer.lora import add_lora, count_lora_params, lora_layers
 from tinyformer.training import cosine_lr, estimate_loss
 
 # the six linear maps of a block, by the names add_lora matches
@@ -42,7 +42,8 @@ def finetune(base, train_ids, *, targets=None, r: int = 8,
              alpha: float = 8.0, lr: float = 1e-3, steps: int = 150,
              batch_size: int = 16, block_size: int = 128, evals=None,
              eval_every: int = 25, eval_batches: int = 5, seed: int = 0,
-             unfreeze: str | None = None, progress: bool = False) -> dict:
+             unfreeze: str | None = None, unfreeze_lr: float | None = None,
+             progress: bool = False) -> dict:
     """Adapt a copy of ``base`` (left unchanged) with AdamW on ``train_ids``:
     every weight (``targets=None``: full fine-tuning), or LoRA adapters of
     rank ``r`` and scale ``alpha / r`` on the linear maps whose names end
@@ -53,7 +54,8 @@ def finetune(base, train_ids, *, targets=None, r: int = 8,
     ``"all"`` (the default without ``targets``), ``"proj"`` (only the weight
     matrices of the six linear maps), ``"rest"`` (everything else: the
     embeddings, the biases and the layer norms) or ``None`` (the default
-    with ``targets``: the adapters alone).
+    with ``targets``: the adapters alone). ``unfreeze_lr`` (default ``lr``)
+    is the peak learning rate of those base weights when adapters train too.
 
     Every ``eval_every`` steps (and at step 0) it measures the loss on each
     stream of ``evals`` (name -> token stream), on ``eval_batches`` fixed
@@ -80,7 +82,13 @@ def finetune(base, train_ids, *, targets=None, r: int = 8,
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
     assert unfreeze is not None or n == count_lora_params(model)
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    adapter = {id(m.A) for m in lora_layers(model).values()}
+    adapter |= {id(m.B) for m in lora_layers(model).values()}
+    groups = [dict(params=[p for p in params if id(p) in adapter], peak=lr),
+              dict(params=[p for p in params if id(p) not in adapter],
+                   peak=lr if unfreeze_lr is None else unfreeze_lr)]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr,
+                            betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
     out = dict(trainable=n, optimizer_bytes=8 * n, loss=[], eval_step=[])
     evals = evals or {}
@@ -100,8 +108,9 @@ def finetune(base, train_ids, *, targets=None, r: int = 8,
     busy = 0.0
     for step in range(1, steps + 1):
         start = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, lr, 10, steps, lr / 10)
+        for group in opt.param_groups:                # each from its own peak
+            peak = group["peak"]
+            group["lr"] = cosine_lr(step, peak, 10, steps, peak / 10)
         x, y = get_batch(train_ids, batch_size, block_size, gen)
         loss = model.loss(x, y)
         opt.zero_grad(set_to_none=True)
