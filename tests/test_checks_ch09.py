@@ -196,6 +196,7 @@ PARAMS_WRONG = [
     (lambda d, n, r, t: n * sum(r * (4 * d if x == "down_proj" else d) + (4 * d if x == "up_proj" else d)
                                 for x in t), ch09.PARAMS_ONE_FACTOR),
     (lambda d, n, r, t: n * sum(r * (5 * d if x == "up_proj" else 2 * d) for x in t), ch09.PARAMS_DOWN_SQUARE),
+    (lambda d, n, r, t: n * sum(r * (5 * d if x == "down_proj" else 2 * d) for x in t), ch09.PARAMS_UP_SQUARE),
     (lambda d, n, r, t: learner_params()(d, n, r, t) + 1, "wrong values. Hint: per adapted map"),
     (lambda d, n, r, t: str(learner_params()(d, n, r, t)), "returned a str"),
     (lambda *a: None, "returned None"),

@@ -205,12 +205,14 @@ def _shape(name: str, d: int, d_ff: int) -> tuple[int, int]:
 def _params(d_model, n_layer, r, targets, *, per="r(in+out)", d_ff="4d", layers="all", base=False,
             bias=False):
     """The count with the slips named by the keywords; the defaults are right."""
-    width = 4 * d_model if d_ff in ("4d", "down square") else d_model
+    width = 4 * d_model if d_ff in ("4d", "down square", "up square") else d_model
     total = 0
     for name in targets:
         d_in, d_out = _shape(name, d_model, width)
         if d_ff == "down square" and name == "down_proj":
             d_in = d_model                            # taken as (d_model, d_model)
+        if d_ff == "up square" and name == "up_proj":
+            d_out = d_model
         total += {"r(in+out)": r * (d_in + d_out), "r*in*out": r * d_in * d_out, "in+out": d_in + d_out,
                   "A only": r * d_in, "B only": r * d_out, "r*in+out": r * d_in + d_out}[per]
         if base:
@@ -258,6 +260,8 @@ PARAMS_ONE_FACTOR = ("you multiplied only A's size by r, r · d_in + d_out: B is
                      "numbers too; r · (d_in + d_out) in all.")
 PARAMS_DOWN_SQUARE = ("down_proj is not square: it maps the feed-forward width back, (4·d_model, d_model), so its "
                       "adapter holds r · (4·d_model + d_model), as up_proj's does.")
+PARAMS_UP_SQUARE = ("up_proj is not square: it widens the stream to the feed-forward width, (d_model, "
+                    "4·d_model), so its adapter holds r · (d_model + 4·d_model), as down_proj's does.")
 PARAMS_FLOAT = "the count is right but a float: return an int (use // or int(), not /)."
 PARAMS_GENERIC = ("per adapted map of shape (d_in, d_out): r · (d_in + d_out); q, k, v and o are (d_model, d_model), "
                   "up (d_model, 4·d_model), down (4·d_model, d_model); times n_layer.")
@@ -275,6 +279,7 @@ PARAMS_MISTAKES = [
     (lambda d, n, r, t: _params(d, n, r, ("q_proj", "v_proj")), PARAMS_QV),
     (lambda d, n, r, t: _params(d, n, r, t, per="r*in+out"), PARAMS_ONE_FACTOR),
     (lambda d, n, r, t: _params(d, n, r, t, d_ff="down square"), PARAMS_DOWN_SQUARE),
+    (lambda d, n, r, t: _params(d, n, r, t, d_ff="up square"), PARAMS_UP_SQUARE),
 ]
 
 
