@@ -68,7 +68,7 @@ def _check_model(model) -> None:
                          "this model's blocks are post-norm")
 
 
-def _check_idx(model, idx) -> None:
+def _check_idx(idx) -> None:
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.is_floating_point():
         got = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
         raise ValueError(f"idx must be a (B, T) tensor of token ids, got {got}")
@@ -174,7 +174,7 @@ def run_with_cache(model, idx: torch.Tensor, names: Iterable[str] | None = None)
     """Run ``model`` on ``idx`` ``(B, T)`` and record the activations at
     ``names`` (every hook point by default). Returns ``(logits (B, T, V),
     {name: tensor})``, the tensors detached."""
-    _check_idx(model, idx)
+    _check_idx(idx)
     names = hook_names(model) if names is None else list(names)
     cache = {}
 
@@ -189,8 +189,14 @@ def attention_patterns(model, idx: torch.Tensor) -> torch.Tensor:
     """Every head's attention weights on ``idx`` ``(B, T)``:
     ``(n_layer, B, n_heads, T, T)``, each row summing to one over the keys
     its query may see."""
-    n_layer = len(model.blocks.blocks) if hasattr(model, "blocks") else 0
-    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(n_layer)]
+    return _per_layer(model, idx, "attn.hook_pattern")
+
+
+def _per_layer(model, idx, point: str) -> torch.Tensor:
+    """The activation at ``blocks.{l}.<point>`` of every block, stacked:
+    ``(n_layer, ...)``."""
+    _check_model(model)
+    names = [f"blocks.{layer}.{point}" for layer in range(len(model.blocks.blocks))]
     _, cache = run_with_cache(model, idx, names)
     return torch.stack([cache[n] for n in names])
 
@@ -200,11 +206,9 @@ def logit_lens(model, idx: torch.Tensor) -> torch.Tensor:
     residual stream before block 0 and after every block,
     ``(n_layer + 1, B, T, V)``. Its last entry is the model's own output."""
     _check_model(model)
-    _check_idx(model, idx)
-    n_layer = len(model.blocks.blocks)
     names = ["blocks.0.hook_resid_pre"] + [f"blocks.{layer}.hook_resid_post"
-                                           for layer in range(n_layer)]
-    _, cache = run_with_cache(model, idx, names)
+                                           for layer in range(len(model.blocks.blocks))]
+    _, cache = run_with_cache(model, idx, names)             # one forward pass
     with torch.no_grad():
         stream = torch.stack([cache[n] for n in names])    # (n_layer + 1, B, T, d_model)
         return model.lm_head(model.blocks.ln_f(stream))
@@ -214,11 +218,7 @@ def head_means(model, idx: torch.Tensor) -> torch.Tensor:
     """Each head's output (``hook_z``) averaged over the batch and the
     positions of ``idx``: ``(n_layer, n_heads, d_head)``, what mean ablation
     puts in a head's place."""
-    _check_model(model)
-    n_layer = len(model.blocks.blocks)
-    names = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layer)]
-    _, cache = run_with_cache(model, idx, names)
-    return torch.stack([cache[n].mean(dim=(0, 1)) for n in names])
+    return _per_layer(model, idx, "attn.hook_z").mean(dim=(1, 2))   # over B and T
 
 
 @contextmanager
