@@ -1,12 +1,14 @@
 """tools/browser_check.py: it finds each kind of problem on doctored pages, and passes a clean one.
 
 The pages are loaded in headless Chromium (skipped where chromium or its driver is missing); one
-browser session checks a small site where every page but one carries exactly one problem.
+browser session checks a small site where every page but one carries exactly one problem, and
+pages with tinyformer.viz.attention_widget outputs, working or doctored.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import sys
 from pathlib import Path
 
@@ -79,6 +81,43 @@ PAGES = {
 }
 
 
+
+def widget_pages() -> dict[str, tuple[str, list[str]]]:
+    """Two pages of attention widgets: one with two that work (one with tokens that need escaping),
+    one with four doctored ones, and the problems each page must produce."""
+    import torch
+
+    from tinyformer.attention import causal_mask, softmax
+    from tinyformer.viz import attention_widget
+
+    T = 12
+
+    def widget(seed: int, tokens=None, **kwargs) -> str:
+        scores = 3 * torch.randn(2, 3, T, T, generator=torch.Generator().manual_seed(seed))
+        weights = softmax(scores.masked_fill(~causal_mask(T), float("-inf")))
+        return attention_widget(weights, tokens or [f"t{i}" for i in range(T)], **kwargs).html
+
+    def doctor(seed: int, old: str, new: str) -> str:
+        page = widget(seed)
+        assert old in page, old
+        return page.replace(old, new)
+
+    nasty = ["</script>", "<b>", "&amp;", '"', " ", "\n"] + [f"t{i}" for i in range(6, T)]
+    broken = [
+        (re.sub(r"<script>.*?</script>", "", widget(1), flags=re.S), "1: its script did not run"),
+        (doctor(2, 'mathjax_ignore"', 'mathjax_ignore" style="min-width: 600px"'),
+         "2 sticks out of the 390 px window"),
+        (doctor(3, "(h) => { st.head = h; show(); }", "(h) => {}"),
+         "3: selecting another head did not change the highlighted weights"),
+        (doctor(4, "const pick = (q, k = null) => {", "const pick = (q, k = null) => { return;"),
+         "4: pointing at a token did not change the highlighted weights"),
+    ]
+    return {
+        "widget": (widget(0) + widget(0, nasty, titles=["</script>", "&", "<!--"]), []),
+        "widget-broken": ("".join(page for page, _ in broken), [f"attention widget {why}" for _, why in broken]),
+    }
+
+
 def mathjax_folder() -> Path | None:
     """The MathJax that sphinx-mathjax-offline serves with the book."""
     try:
@@ -110,7 +149,7 @@ def site(tmp_path_factory) -> Path:
         pytest.skip("sphinx-mathjax-offline's MathJax is not installed")
     (html / "mathjax").symlink_to(mathjax, target_is_directory=True)
     Image.new("RGB", (40, 20), "grey").save(html / "small.png")
-    for name, (body, _) in PAGES.items():
+    for name, (body, _) in (PAGES | widget_pages()).items():
         (html / f"{name}.html").write_text(PAGE.format(name=name, body=body))
     return root
 
@@ -130,6 +169,17 @@ def test_each_problem_is_found(problems, name):
     expected = PAGES[name][1]
     found = [p for p in problems if p.startswith(f"{name}.html")]
     assert any(expected in p for p in found), f"{name}: expected {expected!r} in {found}"
+
+
+def test_working_attention_widgets_pass(problems):
+    assert [p for p in problems if p.startswith("widget.html")] == []
+
+
+def test_each_widget_problem_is_found(problems):
+    found = [p for p in problems if p.startswith("widget-broken.html")]
+    for expected in widget_pages()["widget-broken"][1]:
+        assert any(expected in p for p in found), f"expected {expected!r} in {found}"
+    assert not [p for p in found if "sticks out" in p and " at 1280 px" in p], found  # it fits the desktop
 
 
 def test_the_wide_formula_is_found_on_the_phone_only(problems):

@@ -8,9 +8,12 @@ in its own box), when content is cut off by a box that hides its overflow, when 
 as raw TeX or MathJax reports an error, when an image does not load or a figure's image has no
 alt text, when code shows a grading marker or a solution is unfolded, when a local link points at
 a missing file or anchor, or when a Colab, Binder or GitHub link points at a file that is not in
-this repository. Problems are printed one per line, with screenshots (the culprit outlined in
-red) under <html_dir>/../browser/, and the exit status is 1. `-v` also prints, per page, how many
-boxes scroll sideways, which is allowed.
+this repository. An interactive attention view (tinyformer.viz.attention_widget, class
+tf-attn-widget) must have run its script, fit the window, and change what it shows when another
+head is selected and a token is pointed at, and select a token that is tapped. Problems are
+printed one per line, with screenshots (the culprit outlined in red) under <html_dir>/../browser/,
+and the exit status is 1. `-v` also prints, per page, how many boxes scroll sideways, which is
+allowed.
 
 The browser is Debian's `chromium` and the driver Debian's `chromium-driver` (or the paths in
 $CHROMIUM and $CHROMEDRIVER); nothing is downloaded. Without them it says so and exits 1.
@@ -148,7 +151,7 @@ const [width, done] = [arguments[0], arguments[arguments.length - 1]];
   // MathJax: wait until it has typeset the page (and the page has fitted its formulas). MathJax
   // loads asynchronously, so poll: its startup promise may not exist yet, and a formula may still
   // be queued; give up (and report what is left) after about 10 s.
-  const notMath = 'pre, code, script, style, textarea, mjx-container, .highlight';
+  const notMath = 'pre, code, script, style, textarea, mjx-container, .highlight, .tf-attn-widget';
   const rawTex = () => {
     const found = [];
     const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
@@ -276,6 +279,85 @@ const [width, done] = [arguments[0], arguments[arguments.length - 1]];
 })().catch((e) => done({problems: [['the check failed on this page: ' + e, -1]], links: [], ids: [],
                         scrollers: 0, pageWidth: 0}));
 """
+
+
+# --------------------------------------------------------------------------------------------
+# Interactive attention views (tinyformer.viz.attention_widget)
+# --------------------------------------------------------------------------------------------
+
+# what the check relies on: the root's class, its head buttons (aria-pressed marks the selected
+# one), its tokens (tf-attn-q marks the selected query), and data-ready="1" once its script has run
+WIDGET, WIDGET_HEADS, WIDGET_TOKENS, WIDGET_QUERY = (".tf-attn-widget", ".tf-attn-heads button", ".tf-attn-tok",
+                                                     "tf-attn-q")
+WIDGET_MARK = 10_000  # data-browser-check index of widget n is WIDGET_MARK + n, apart from PAGE_SCRIPT's marks
+
+# where the widget lies, whether its script ran, and the colour behind each token: the weights shown
+WIDGET_STATE = """
+const w = arguments[0], r = w.getBoundingClientRect();
+return {ready: w.getAttribute('data-ready') === '1', left: r.left, right: r.right, window: window.innerWidth,
+        shown: [...w.querySelectorAll(arguments[1])].map((t) => getComputedStyle(t).backgroundColor).join(' ')};
+"""
+
+
+def widget_state(browser, widget) -> dict:
+    return browser.execute_script(WIDGET_STATE, widget, WIDGET_TOKENS)
+
+
+def changes_shown(browser, widget, actions) -> bool:
+    """Run `actions` one at a time until the weights the widget shows change; whether they did.
+    Trying several guards against heads (or queries) whose weights happen to be the same."""
+    shown = widget_state(browser, widget)["shown"]
+    for act in actions:
+        act()
+        if widget_state(browser, widget)["shown"] != shown:
+            return True
+    return False
+
+
+def widget_problems(browser, width: int) -> list[tuple[str, int]]:
+    """Use every attention widget on the loaded page as a reader would: its script has run, it fits
+    the window, and selecting another head, pointing at a token and tapping one each change what it
+    shows. Returns (message, mark) pairs like PAGE_SCRIPT's problems."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    def selected(token) -> bool:
+        return WIDGET_QUERY in (token.get_attribute("class") or "").split()
+
+    problems = []
+    for n, widget in enumerate(browser.find_elements(By.CSS_SELECTOR, WIDGET), start=1):
+        name, mark = f"attention widget {n}", WIDGET_MARK + n
+        browser.execute_script("arguments[0].setAttribute('data-browser-check', arguments[1])", widget, mark)
+        deadline = time.monotonic() + 1  # its script ran as the page was parsed: it should be ready already
+        while not (state := widget_state(browser, widget))["ready"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not state["ready"]:
+            problems.append((f'{name}: its script did not run (no data-ready="1" on .tf-attn-widget)', mark))
+            continue
+        window = min(state["window"], width)  # a phone's layout viewport grows to fit a page that is too wide
+        if state["left"] < -1 or state["right"] > window + 1:
+            problems.append((f"{name} sticks out of the {window} px window (from {state['left']:.0f} "
+                             f"to {state['right']:.0f} px)", mark))
+        others = [b for b in widget.find_elements(By.CSS_SELECTOR, WIDGET_HEADS)
+                  if b.get_attribute("aria-pressed") != "true"]
+        tokens = widget.find_elements(By.CSS_SELECTOR, WIDGET_TOKENS)
+        T = len(tokens)
+        points = [tokens[i] for i in dict.fromkeys((T // 2, 0, T // 4, 3 * T // 4)) if not selected(tokens[i])]
+        try:
+            if others and not changes_shown(browser, widget, [b.click for b in others]):
+                problems.append((f"{name}: selecting another head did not change the highlighted weights", mark))
+            if points and not changes_shown(browser, widget, [
+                    lambda t=t: ActionChains(browser).move_to_element(t).perform() for t in points]):
+                problems.append((f"{name}: pointing at a token did not change the highlighted weights", mark))
+            if T > 1:  # tap a token, as on a phone: it becomes the query
+                tap = tokens[-1] if not selected(tokens[-1]) else tokens[0]
+                tap.click()
+                if not selected(tap):
+                    problems.append((f"{name}: tapping a token did not select it", mark))
+        except WebDriverException as err:
+            problems.append((f"{name}: could not use it: {(err.msg or str(err)).splitlines()[0]}", mark))
+    return problems
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,6 +537,7 @@ def check(html_dir: Path, repo_root: Path = ROOT, shots: Path | None = None,
                 rel = page.relative_to(html_dir).as_posix()
                 found = load_and_inspect(browser, urljoin(base, rel), WIDTHS[width][0])
                 page_problems = [(msg, index) for msg, index in found["problems"]]
+                page_problems += widget_problems(browser, WIDTHS[width][0])
                 if width == next(iter(WIDTHS)):  # links do not depend on the width: check them once
                     for href in dict.fromkeys(found["links"]):
                         why = local_link_problem(href, page, html_dir, set(found["ids"])) or repo.link_problem(href)

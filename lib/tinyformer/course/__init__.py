@@ -15,6 +15,7 @@ from tinyformer.course import (
     ch07,  # noqa: F401 - registers chapter 7's exercises
     ch08,  # noqa: F401 - registers chapter 8's exercises
     ch09,  # noqa: F401 - registers chapter 9's exercises
+    ch10,  # noqa: F401 - registers chapter 10's exercises
 )
 from tinyformer.course.engine import (
     ERROR,
