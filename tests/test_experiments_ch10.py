@@ -33,7 +33,6 @@ def test_bag_of_context_loss_matches_a_loop():
             total -= math.log(seen.count(int(y[b, t])) / len(seen))
             n += 1
     assert ch10.bag_of_context_loss(x, y) == pytest.approx(total / n, rel=1e-5)
-    assert ch10.mean_log_span() == pytest.approx(math.log(math.factorial(12) / math.factorial(3)) / 9)
 
 
 def test_attention_only_model_adds_nothing_from_its_feed_forward_networks():
@@ -43,7 +42,7 @@ def test_attention_only_model_adds_nothing_from_its_feed_forward_networks():
     assert all(v.abs().max() == 0 for v in cache.values())
 
 
-def test_loss_by_position_and_icl_score_agree_with_cross_entropy():
+def test_loss_by_position_and_the_probe_scores_agree_with_cross_entropy_and_the_patterns():
     model = ch10.attention_only(1, seed=0).eval()
     idx = ch10.probe()[:8]
     with torch.no_grad():
@@ -52,7 +51,12 @@ def test_loss_by_position_and_icl_score_agree_with_cross_entropy():
     got = ch10.loss_by_position(model, idx)
     torch.testing.assert_close(got, ref)
     P = ch10.PROBE_PERIOD
-    assert ch10.icl_score(model, idx, P) == pytest.approx(float(ref[P - 1:].mean() - ref[:P - 1].mean()), abs=1e-6)
+    scores = ch10.probe_scores(model, idx, P)
+    assert scores["first"] == pytest.approx(float(ref[:P - 1].mean()), abs=1e-6)
+    assert scores["second"] == pytest.approx(float(ref[P - 1:].mean()), abs=1e-6)
+    patterns = interp.attention_patterns(model, idx)[0]                 # (B, H, T, T), one layer
+    itself = torch.stack([patterns[:, :, t, t] for t in range(idx.shape[1])]).mean(dim=(0, 1))
+    torch.testing.assert_close(scores["itself"][0], itself)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ measures on the models that learn it.
 and again to fill the window, so that after the first ``L`` tokens every next token can be read off
 the earlier copy. :func:`attention_only` builds the chapter's small GPT without feed-forward
 networks, and :func:`train_induction` trains it while recording, every few steps, what its heads
-attend to on a fixed probe (:func:`probe_scores`). :func:`loss_by_position`, :func:`icl_score`,
+attend to on a fixed probe (:func:`probe_scores`). :func:`loss_by_position`,
 :func:`ablation_losses` and :func:`path_removed` are the measurements the chapter reads.
 
 The running example (chapter 1's pronoun sentences): :func:`antecedent_attention` measures where
@@ -16,7 +16,6 @@ referent's loss into its kind and its name (:func:`kind_mask`), :func:`flip_adje
 
 from __future__ import annotations
 
-import math
 import random
 
 import torch
@@ -87,21 +86,17 @@ def loss_by_position(model, idx: torch.Tensor) -> torch.Tensor:
     return loss.mean(dim=0)
 
 
-def icl_score(model, idx: torch.Tensor, period: int) -> float:
-    """The in-context learning score on ``idx`` that repeats with
-    ``period``: the mean loss on the second copy minus the mean loss on the
-    first (negative when the context helps)."""
-    loss = loss_by_position(model, idx)                              # position t predicts t + 1
-    return float(loss[period - 1:].mean() - loss[:period - 1].mean())
-
-
 def probe_scores(model, idx: torch.Tensor, period: int) -> dict:
-    """What every head does on ``idx``: ``previous`` and ``induction``
-    scores ``(n_layer, n_heads)``, and the ``icl`` score."""
+    """What every head does on ``idx`` (which repeats with ``period``):
+    ``previous``, ``induction`` and ``itself`` (the mean weight on its own
+    position) ``(n_layer, n_heads)``; and the loss on the ``first`` and
+    the ``second`` copy (nats per predicted token)."""
     patterns = interp.attention_patterns(model, idx)                 # (n_layer, B, H, T, T)
+    loss = loss_by_position(model, idx)                              # position t predicts t + 1
     return dict(previous=interp.previous_token_score(patterns),
                 induction=interp.induction_score(patterns, period),
-                icl=icl_score(model, idx, period))
+                itself=patterns.diagonal(dim1=-2, dim2=-1).mean(dim=(1, 3)),
+                first=float(loss[:period - 1].mean()), second=float(loss[period - 1:].mean()))
 
 
 def train_induction(n_layer: int, steps: int = 1000, seed: int = 0, lr: float = 1e-3,
@@ -111,20 +106,21 @@ def train_induction(n_layer: int, steps: int = 1000, seed: int = 0, lr: float = 
     ``every`` steps (and at the end) the heads are scored on :func:`probe`.
     Returns ``(model, history)``: ``history`` holds ``loss`` (every step)
     and ``step``, ``previous``, ``induction`` ``(n_points, n_layer,
-    n_heads)`` and ``icl`` at the scored steps."""
+    n_heads)`` and ``second`` (the loss on the probe's second copy) at the
+    scored steps."""
     steps, every = check_int("steps", steps), check_int("every", every)
     model = attention_only(n_layer, seed)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     idx = probe()
-    history = dict(loss=[], step=[], previous=[], induction=[], icl=[])
+    history = dict(loss=[], step=[], previous=[], induction=[], second=[])
 
     def score(step):
         model.eval()
         s = probe_scores(model, idx, PROBE_PERIOD)
         model.train()
         history["step"].append(step)
-        for k in ("previous", "induction", "icl"):
+        for k in ("previous", "induction", "second"):
             history[k].append(s[k])
     if progress:
         from tqdm.auto import trange  # imported only when asked (tqdm.auto warns otherwise)
@@ -156,13 +152,6 @@ def bag_of_context_loss(x: torch.Tensor, y: torch.Tensor) -> float:
     keep = y != -100
     picked = p[keep].gather(1, y[keep][:, None]).squeeze(1)
     return float(-picked.log().mean())
-
-
-def mean_log_span(span=SPAN) -> float:
-    """The mean of ln L over the span lengths L: what guessing uniformly
-    among L equally likely tokens costs, averaged."""
-    lo, hi = span
-    return sum(math.log(L) for L in range(lo, hi + 1)) / (hi - lo + 1)
 
 
 def task_loss(model, x: torch.Tensor, y: torch.Tensor) -> float:
