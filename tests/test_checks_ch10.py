@@ -11,12 +11,17 @@ the mean kept at zero, a rolled identity) and in the ways a learner gets it wron
 score's reference is checked against ``tinyformer.interp.induction_score`` and a plain loop; the
 circuit's against the scores the library measures on it, and the blank circuit against the layout it
 promises (the stream's blocks, a mean of zero, nothing else written, the global random generator left
-alone). The chapter notebook (book/10-interp.ipynb) is optional here: the tests that read it are
-skipped while it does not exist.
+alone). Right circuits that call the helpers Exercise 10.2 tells the reader to use (``build_circuit`` for a
+self-test or a search over scales, ``circuit_layout``, ``blank_circuit``, ``distinct_spans``, defined in
+``tinyformer.experiments.ch10``) earn a ✓ from the book's check and the grader alike; the reference is refused.
+The chapter notebook (book/10-interp.ipynb) is optional here: the tests that read it are skipped while it does
+not exist.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import textwrap
 
@@ -132,6 +137,35 @@ def score_diagonal_whole(patterns, period):
     return torch.diagonal(patterns, offset=-(period - 1), dim1=-2, dim2=-1).mean(dim=(-1, -3))
 
 
+def score_last_query_dropped(patterns, period):
+    """Stops one query short: range(period, T - 1) leaves out t = T - 1."""
+    T = patterns.shape[-1]
+    weights = [patterns[..., t, t - period + 1] for t in range(period, T - 1)]
+    return torch.stack(weights, dim=-1).mean(dim=-1).mean(dim=-2)
+
+
+def score_batch_summed(patterns, period):
+    T = patterns.shape[-1]
+    t = torch.arange(period, T)
+    return patterns[..., t, t - period + 1].mean(dim=-1).sum(dim=-2)
+
+
+def score_mask_from_period_minus_1(patterns, period):
+    """The mask set from query period - 1 (the whole diagonal), divided by the T - period queries that count."""
+    T = patterns.shape[-1]
+    mask = torch.zeros(T, T, dtype=patterns.dtype)
+    for t in range(period - 1, T):
+        mask[t, t - period + 1] = 1.0
+    return (patterns * mask).sum(dim=(-1, -2)).mean(dim=-2) / (T - period)
+
+
+def score_axis_after_mean(patterns, period):
+    """Counts the batch as axis -3 after the queries' axis is gone: IndexError on a 4-D patterns."""
+    T = patterns.shape[-1]
+    t = torch.arange(period, T)
+    return patterns[..., t, t - period + 1].mean(-1).mean(-3)
+
+
 def score_in_place(patterns, period):
     patterns.tril_(-(period - 1))                     # keep the diagonal and below: changes the caller's tensor
     return learner_score()(patterns, period)
@@ -148,14 +182,18 @@ SCORE_WRONG = [
     (learner_score(start="1"), ch10.IND_FROM_1),
     (learner_score(start="period-1"), ch10.IND_FROM_P_MINUS_1),
     (score_diagonal_whole, ch10.IND_FROM_P_MINUS_1),
+    (score_mask_from_period_minus_1, ch10.IND_MASK_FROM_P_MINUS_1),
+    (score_last_query_dropped, ch10.IND_LAST_DROPPED),
     (learner_score(swapped=True), ch10.IND_SWAPPED),
     (learner_score(batch=False), ch10.IND_NO_BATCH_MEAN),
+    (score_batch_summed, ch10.IND_BATCH_SUM),
     (learner_score(heads=True), ch10.IND_HEADS_TOO),
     (lambda p, P: learner_score()(p, P).mean(), ch10.IND_ONE_NUMBER),
     (learner_score(divide="none"), ch10.IND_SUM),
     (learner_score(divide="T"), ch10.IND_OVER_T),
     (learner_score(batch_axis=0), ch10.IND_AXIS_0),
     (score_first_axes, ch10.IND_LEADING),
+    (score_axis_after_mean, ch10.IND_AXIS_AFTER_MEAN),              # IndexError: Dimension out of range
     (lambda p, P: learner_score()(p, P) + 0.01, ch10.IND_GENERIC),
     (lambda p, P: learner_score()(p.float(), P), "torch.float32 for torch.float64"),
     (lambda p, P: learner_score()(p, P).tolist(), "returned a list"),
@@ -511,6 +549,12 @@ LIBRARY_ANSWERS = [
     ("wire_induction", """\
         from tinyformer.course.ch10 import wire_induction_reference as wire_induction
         """, "tinyformer.course.ch10.wire_induction_reference"),
+    ("wire_induction", """\
+        from tinyformer.course.ch10 import wire_induction_reference
+
+        def wire_induction(layout):
+            return tuple(w.clone() for w in wire_induction_reference(layout))
+        """, "tinyformer.course.ch10.wire_induction_reference"),
 ]
 
 
@@ -523,6 +567,107 @@ def test_the_library_answer_is_flagged(k):
     assert caught in rec["flags"], rec["flags"]
     if verdict.passed:
         exercise_suite.in_book_refuses(name, fn, rec["flags"])
+
+
+# --------------------------------------------------------------------------- 10.2's helpers are no library answer
+
+# The wiring by hand, as a learner writes it; each answer below adds a use of the helpers the exercise tells
+# the reader to use (blank_circuit, build_circuit, circuit_layout, distinct_spans), imported as the chapter does.
+_WIRING = """\
+    W_Q0, W_K0, W_V0, W_O0, W_Q1, W_K1 = torch.zeros(6, d, d)
+    W_Q0[lay.POS, lay.POS] = big * torch.eye(T)
+    W_K0[lay.POS, lay.POS] = torch.diag(torch.ones(T - 1), 1)
+    W_V0[lay.TOK, lay.PREV] = torch.eye(V)
+    W_O0[:] = torch.eye(d)
+    W_Q1[lay.TOK, lay.TOK] = big * torch.eye(V)
+    W_K1[lay.PREV, lay.TOK] = torch.eye(V)
+    W = (W_Q0, W_K0, W_V0, W_O0, W_Q1, W_K1)
+"""
+_IMPORTS = """\
+import torch
+from tinyformer import interp
+from tinyformer.course.ch10 import blank_circuit, build_circuit, circuit_layout, distinct_spans
+
+
+"""
+
+HELPER_ANSWERS = {
+    # the self-test the exercise recommends, inside the function (spans of 8: every case has V >= 8, T >= 16)
+    "self-test": _IMPORTS + """\
+def wire_induction(layout):
+    lay, d, V, T, big = layout, layout.d_model, layout.V, layout.T, 100.0
+""" + _WIRING + """\
+    patterns = interp.attention_patterns(build_circuit(layout, W), distinct_spans(layout.V, 8, 8))
+    assert interp.previous_token_score(patterns[0]).item() > 0.9
+    assert interp.induction_score(patterns[1], 8).item() > 0.9
+    return W
+""",
+    "layout made again": _IMPORTS + """\
+def wire_induction(layout):
+    lay = circuit_layout(layout.V, layout.T)
+    d, V, T, big = lay.d_model, lay.V, lay.T, 100.0
+""" + _WIRING + """\
+    return W
+""",
+    "sizes from a blank circuit": _IMPORTS + """\
+def wire_induction(layout):
+    model, lay = blank_circuit(layout.V, layout.T)
+    d, big = model.config.d_model, 100.0
+    V, T = model.config.vocab_size, model.config.block_size
+""" + _WIRING + """\
+    return W
+""",
+    "scales tried": _IMPORTS + """\
+def wire_induction(layout):
+    lay, d, V, T = layout, layout.d_model, layout.V, layout.T
+    spans = distinct_spans(V, 8, 8, torch.Generator().manual_seed(0))
+    for big in (1.0, 10.0, 100.0):
+""" + textwrap.indent(_WIRING, "    ") + """\
+        patterns = interp.attention_patterns(build_circuit(layout, W), spans)
+        if min(interp.previous_token_score(patterns[0]).item(),
+               interp.induction_score(patterns[1], 8).item()) > 0.9:
+            return W
+    raise ValueError("no scale worked")
+""",
+    "one trial build": _IMPORTS + """\
+def wire_induction(layout):
+    lay, d, V, T, big = layout, layout.d_model, layout.V, layout.T, 100.0
+""" + _WIRING + """\
+    build_circuit(layout, W)
+    return W
+""",
+}
+
+
+@pytest.mark.parametrize("kind", list(HELPER_ANSWERS))
+def test_a_wiring_that_calls_the_exercises_helpers_is_credited(kind):
+    """Review ch10-v1, section 3: five right answers that call the helpers the exercise names were refused as
+    library answers. The grader flags none of them, and the in-book check passes each with a ✓."""
+    fn = define(HELPER_ANSWERS[kind], "wire_induction")
+    for seed in (0, 3):
+        rec, verdict = exercise_suite.harvest("wire_induction", fn, seed)
+        assert not rec["flags"] and not rec["tampering"] and verdict.passed, (seed, rec["flags"], verdict.message)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        verdict = checks.check("wire_induction", fn)
+    assert verdict.passed and verdict.message.startswith("✓"), verdict.message
+    assert printed.getvalue().startswith("✓")
+
+
+def test_the_helpers_live_outside_the_courses_checking_code():
+    """The grader refuses calls of any code in tinyformer/course/; the helpers run none, and the chapter's
+    import of them from tinyformer.course.ch10 still works."""
+    from tinyformer.experiments import ch10 as experiments
+
+    for name in ("blank_circuit", "build_circuit", "circuit_layout", "distinct_spans"):
+        helper = getattr(ch10, name)
+        assert helper is getattr(experiments, name)
+        assert "/tinyformer/course/" not in helper.__code__.co_filename.replace("\\", "/"), name
+    assert ch10.MATRICES == experiments.CIRCUIT_MATRICES
+
+
+def test_the_grader_credits_a_self_tested_wiring(tmp_path):
+    rows = SUITE.graded(tmp_path, {"wire_induction": HELPER_ANSWERS["self-test"]})
+    assert rows["wire_induction"][0] == checks.PASS, rows
 
 
 @pytest.mark.parametrize("name", CHAPTER)

@@ -122,3 +122,14 @@ def test_ablation_losses_leaves_the_model_unchanged(trained):
     before = ch10.task_loss(model, x, y)
     out = ch10.ablation_losses(model, x, y, {"none": [], "0.0": [(0, 0)]})
     assert out["none"] == before and out["0.0"] != before and ch10.task_loss(model, x, y) == before
+
+
+def test_induction_over_periods_is_the_lowest_score_over_the_probes(trained):
+    model, _ = trained
+    got = ch10.induction_over_periods(model, periods=(5, 8), batch=4)
+    want = []
+    for period in (5, 8):
+        idx = interp.repeated_tokens(ch10.VOCAB, period, batch=4,
+                                     generator=torch.Generator().manual_seed(ch10.PROBE_SEED + period))
+        want.append(interp.induction_score(interp.attention_patterns(model, idx), period))
+    torch.testing.assert_close(got, torch.minimum(want[0], want[1]))

@@ -8,15 +8,18 @@ that repeat with ``period``, the mean over the queries ``t >= period`` and over 
 weight on key ``t - period + 1``, returned as ``(..., n_heads)``. Leading dimensions are part of the
 exercise, so that the function takes ``attention_patterns``' ``(n_layer, B, n_heads, T, T)`` whole.
 The patterns are causal (zero above the diagonal) and every allowed weight is at least half its
-row's uniform weight, so that each known slip (another key, another first query, the axes swapped,
-a mean left out or taken over too much, a sum, a batch axis counted from the front) gives its own
-numbers, far apart; a diagnosis names any other key ``t - period + 1 ± k``. The fixed cases come
-first: a 4-D one, then a 5-D one whose batch is not axis 0 and whose H = 2 < period makes an answer
-that indexes axes 2 and 3 raise an IndexError (its own hint).
+row's uniform weight, so that each known slip (another key, another first query, the last query left
+out, a mask from query ``period - 1`` divided by ``T - period``, the axes swapped, a mean left out or
+taken over too much, a sum over the queries or over the batch, a batch axis counted from the front)
+gives its own numbers, far apart; a diagnosis names any other key ``t - period + 1 ± k``. The fixed
+cases come first: a 4-D one, then a 5-D one whose batch is not axis 0 and whose H = 2 < period makes
+an answer that indexes axes 2 and 3 raise an IndexError (its own hint). An axis counted after a
+reduction as before it (``.mean(-1).mean(-3)``) raises "Dimension out of range" on the 4-D case (its
+own hint: after the first mean the batch is axis -2).
 
 Exercise 10.2 (``wire_induction``) wires an induction circuit by hand into :func:`blank_circuit`, a
 two-layer ``tinyformer.model.GPT`` with one head per layer whose residual stream has a named layout
-(:func:`circuit_layout`, a plain namespace, so that reading it runs no code of the course): the
+(:func:`circuit_layout`, a plain namespace, so that reading it runs no code at all): the
 current token's one-hot (``TOK``), an empty block for the previous token (``PREV``), the position's
 one-hot (``POS``) and two dimensions (``MEAN``) of which the first holds -2, so that every embedded
 vector has mean zero and the layer norms only rescale it. The reader's function gets the layout and
@@ -42,7 +45,12 @@ fixed too, so a message quotes the same scores whatever the seed; the last case'
 sequences change with it.
 
 Library answers: for 10.1, ``tinyformer.interp.induction_score`` (and its helper ``_offset_score``);
-for 10.2, the optimizers, as for 5.7: the weights are to be set by hand, not fitted.
+for 10.2, the optimizers, as for 5.7: the weights are to be set by hand, not fitted (and, as for
+every exercise, the reference ``wire_induction_reference`` and any other code of ``tinyformer.course``).
+The four helpers the exercise tells the reader to use (``blank_circuit``, ``build_circuit``,
+``circuit_layout``, ``distinct_spans``) are defined in :mod:`tinyformer.experiments.ch10` and imported
+here, so that an answer that calls them (a self-test, a layout made again, sizes read off a blank
+circuit, a search over scales) runs no course code and is not refused.
 """
 
 from __future__ import annotations
@@ -55,7 +63,16 @@ import torch
 
 from tinyformer.course.engine import Exercise, _fresh, built, register, register_builder, safe_diagnosis
 from tinyformer.course.engine import randint as _randint
-from tinyformer.model import GPT, GPTConfig
+from tinyformer.experiments.ch10 import CIRCUIT_MATRICES as MATRICES
+
+# Exercise 10.2's helpers live in tinyformer.experiments.ch10, outside the course's checking code (whose
+# calls a grader refuses), so that an answer may call them; the chapter imports them from here.
+from tinyformer.experiments.ch10 import (  # noqa: F401 - re-exported: the chapter's import
+    blank_circuit,
+    build_circuit,
+    circuit_layout,
+    distinct_spans,
+)
 
 CHAPTER = "10-interp"
 F64 = torch.float64
@@ -102,24 +119,29 @@ def induction_score_reference(patterns, period):
     return patterns[..., t, t - period + 1].mean(dim=-1).mean(dim=-2)     # (..., B, H, queries) -> (..., H)
 
 
-def _score(*, offset="induction", first="period", swapped=False, batch="mean", heads=False, reduce="mean"):
+def _score(*, offset="induction", first="period", last="T - 1", swapped=False, batch="mean", heads=False,
+           reduce="mean"):
     """The score with the slips named by the keywords; the defaults are right."""
     def wrong(patterns, period):
         T = patterns.shape[-1]
         start = {"period": period, "0": 0, "1": 1, "period-1": period - 1}[first]
-        t = torch.arange(start, T)
+        t = torch.arange(start, {"T - 1": T, "T - 2": T - 1}[last])
         key = t - {"induction": period - 1, "duplicate": period, "plus2": period - 2, "previous": 1}[offset]
         picked = patterns[..., key, t] if swapped else patterns[..., t, key]          # (..., B, H, queries)
         if reduce == "sum":
             per = picked.sum(dim=-1)
         elif reduce == "over T":
             per = picked.sum(dim=-1) / T
+        elif reduce == "over T - period":
+            per = picked.sum(dim=-1) / (T - period)
         else:
             per = picked.mean(dim=-1)
         if batch == "mean":
             per = per.mean(dim=-2)
         elif batch == "axis 0":
             per = per.mean(dim=0)
+        elif batch == "sum":
+            per = per.sum(dim=-2)
         if heads == "all":
             return picked.mean()
         return per.mean(dim=-1) if heads else per
@@ -142,6 +164,15 @@ IND_FROM_1 = ("you started at query t = 1: queries before `period` are in the fi
 IND_FROM_P_MINUS_1 = ("you included query t = period - 1 (torch.diagonal(..., offset=-(period - 1)) starts there): "
                       "its key is position 0, but that query is still in the first copy and has no earlier "
                       "occurrence. Start at t = period (drop the diagonal's first entry).")
+IND_LAST_DROPPED = ("you left out the last query, t = T - 1: range(period, T - 1) stops at T - 2, because a range "
+                    "excludes its end. The queries run to the last position: range(period, T) (or torch.arange(period, "
+                    "T)).")
+IND_MASK_FROM_P_MINUS_1 = ("your mask includes query t = period - 1 (key 0), so you add T - period + 1 weights but "
+                           "divide by T - period: that query is still in the first copy, with no earlier occurrence. "
+                           "Set the mask from query t = period only.")
+IND_BATCH_SUM = ("you summed over the batch instead of averaging: the score is a mean over the sequences as well as "
+                 "the queries (a perfect induction head scores 1 whatever the batch size), so use .mean over the "
+                 "batch axis (axis -3 of patterns).")
 IND_SWAPPED = ("you indexed [key, query]: rows are queries and columns keys, so the weight from query t on key "
                "t - period + 1 is patterns[..., t, t - period + 1]; [t - period + 1, t] reads the upper triangle, "
                "which the causal mask makes zero.")
@@ -159,6 +190,11 @@ IND_OVER_T = ("you divided by T, not by the number of queries you summed over, T
 IND_AXIS_0 = ("you averaged over axis 0, which is the batch only when patterns is 4-D: patterns may have leading "
               "dimensions, (n_layer, B, n_heads, T, T), so count the batch axis from the end (axis -3 of "
               "patterns).")
+IND_AXIS_AFTER_MEAN = ("an axis was counted as if nothing had been reduced yet: after the first mean (over "
+                       "the queries) the result is (..., B, n_heads), so the batch is axis -2, not -3 (-3 is the "
+                       "batch before that mean, in patterns[..., t, t - period + 1]). Count each axis from the end of "
+                       "the tensor you reduce, or take both means at once: .mean(dim=(-1, -3)) on the picked "
+                       "weights.")
 IND_LEADING = ("patterns may have leading dimensions, (n_layer, B, n_heads, T, T): index the last two axes whatever "
                "comes before them, patterns[..., t, t - period + 1], and count the other axes from the end.")
 IND_GENERIC = ("average patterns[..., t, t - period + 1] (query t, key t - period + 1) over the queries t = period, "
@@ -171,8 +207,11 @@ SCORE_MISTAKES = [
     (_score(first="0"), IND_FROM_0),
     (_score(first="1"), IND_FROM_1),
     (_score(first="period-1"), IND_FROM_P_MINUS_1),
+    (_score(first="period-1", reduce="over T - period"), IND_MASK_FROM_P_MINUS_1),
+    (_score(last="T - 2"), IND_LAST_DROPPED),
     (_score(swapped=True), IND_SWAPPED),
     (_score(batch="none"), IND_NO_BATCH_MEAN),
+    (_score(batch="sum"), IND_BATCH_SUM),
     (_score(heads=True), IND_HEADS_TOO),
     (_score(heads="all"), IND_ONE_NUMBER),
     (_score(reduce="sum"), IND_SUM),
@@ -215,82 +254,13 @@ register(Exercise(
     returns="the scores, one per head: (..., n_heads)",
     mistakes=SCORE_MISTAKES, dtype_from="patterns",
     diagnose=safe_diagnosis(_diagnose_score), diagnose_hints=(IND_OTHER_KEY,),
-    error_hints=[(IndexError, r"(out of bounds|too many indices)", IND_LEADING)],
+    error_hints=[(IndexError, r"(out of bounds|too many indices)", IND_LEADING),
+                 (IndexError, r"Dimension out of range", IND_AXIS_AFTER_MEAN)],
     generic_hint=IND_GENERIC,
 ))
 
 
 # --------------------------------------------------------------------------- 10.2 an induction circuit by hand
-
-
-def circuit_layout(V: int, T: int) -> SimpleNamespace:
-    """Where things live in the residual stream of :func:`blank_circuit`, for a vocabulary of ``V``
-    tokens and ``T`` positions: ``d_model = 2V + T + 2`` dimensions, in four blocks (slices)::
-
-        TOK   the current token's one-hot              (V dims)   written by the token embedding
-        PREV  the previous token's one-hot             (V dims)   empty: head 0.0 is to write it
-        POS   the position's one-hot                   (T dims)   written by the position embedding
-        MEAN  two dims that keep the mean at zero      (2 dims)   the first holds -2 (token + position)
-
-    A plain namespace (``layout.TOK``, ``layout.d_model``, …): reading it runs no code of the course,
-    so a grader sees the reader's own work only."""
-    return SimpleNamespace(V=V, T=T, d_model=2 * V + T + 2, TOK=slice(0, V), PREV=slice(V, 2 * V),
-                           POS=slice(2 * V, 2 * V + T), MEAN=slice(2 * V + T, 2 * V + T + 2))
-
-
-MATRICES = ("W_Q0", "W_K0", "W_V0", "W_O0", "W_Q1", "W_K1")
-
-
-def blank_circuit(V: int, T: int, dtype: torch.dtype = torch.float32) -> tuple[GPT, SimpleNamespace]:
-    """A two-layer GPT (``tinyformer.model.GPT``, one head per layer, ``d_head = d_model``) for a
-    vocabulary of ``V`` tokens and ``T`` positions, and its layout (:func:`circuit_layout`). The embeddings write the
-    layout (token one-hot, position one-hot, -2 in the first ``MEAN`` dimension); the layer norms are
-    plain (gain 1, bias 0); every other weight and bias is zero: the attention, the feed-forward
-    networks (which so add nothing) and, through ``ln_f``, the logits. The global random generator is
-    left as it was."""
-    layout = circuit_layout(V, T)
-    with torch.random.fork_rng(devices=[]):
-        model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=2, n_head=1, d_model=layout.d_model))
-    model = model.to(dtype).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-        for block in model.blocks.blocks:
-            block.ln_1.weight.fill_(1.0)
-            block.ln_2.weight.fill_(1.0)
-        model.token_embedding.weight[:, layout.TOK] = torch.eye(V, dtype=dtype)
-        model.token_embedding.weight[:, layout.MEAN.start] = -2.0
-        model.position_embedding.weight[:, layout.POS] = torch.eye(T, dtype=dtype)
-    return model, layout
-
-
-def build_circuit(layout: SimpleNamespace, weights, dtype: torch.dtype = torch.float32) -> GPT:
-    """:func:`blank_circuit` with the six matrices ``weights = (W_Q0, W_K0, W_V0, W_O0, W_Q1, W_K1)``,
-    each ``(d_model, d_model)`` in the row convention (``q = x̂ @ W_Q``), set as the q, k, v and o
-    projections of layer 0 and the q and k projections of layer 1 (an ``nn.Linear`` stores the
-    transpose)."""
-    model, _ = blank_circuit(layout.V, layout.T, dtype)
-    weights = tuple(weights)
-    d = layout.d_model
-    if len(weights) != len(MATRICES):
-        raise ValueError(f"weights must be the {len(MATRICES)} matrices {MATRICES}, got {len(weights)} items")
-    for name, w in zip(MATRICES, weights):
-        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d, d):
-            got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
-            raise ValueError(f"{name} must be a ({d}, {d}) tensor, got {got}")
-    a0, a1 = (block.attn for block in model.blocks.blocks)
-    with torch.no_grad():
-        for linear, w in zip((a0.q_proj, a0.k_proj, a0.v_proj, a0.o_proj, a1.q_proj, a1.k_proj), weights):
-            linear.weight.copy_(w.detach().T.to(dtype))
-    return model
-
-
-def distinct_spans(V: int, period: int, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """``batch`` sequences of ``period`` distinct random tokens (of ``V``), each said twice: ``(batch,
-    2 * period)``. No token repeats inside a span, so the only earlier copy of a token is one period
-    back."""
-    spans = torch.stack([torch.randperm(V, generator=generator)[:period] for _ in range(batch)])
-    return spans.repeat(1, 2)
 
 
 def wire_induction_reference(layout: SimpleNamespace):

@@ -12,6 +12,10 @@ The running example (chapter 1's pronoun sentences): :func:`antecedent_attention
 each head looks from the position before the referent, :func:`referent_scores` splits the
 referent's loss into its kind and its name (:func:`kind_mask`), :func:`flip_adjective` and
 :func:`patch_heads` test which heads carry the decision by activation patching.
+
+Exercise 10.2's circuit: :func:`circuit_layout`, :func:`blank_circuit` and :func:`build_circuit`
+lay out and load a hand-wired two-layer model, and :func:`distinct_spans` draws its test sequences
+(here, not in the course package, so that a learner's answer may call them).
 """
 
 from __future__ import annotations
@@ -97,6 +101,19 @@ def probe_scores(model, idx: torch.Tensor, period: int) -> dict:
                 induction=interp.induction_score(patterns, period),
                 itself=patterns.diagonal(dim1=-2, dim2=-1).mean(dim=(1, 3)),
                 first=float(loss[:period - 1].mean()), second=float(loss[period - 1:].mean()))
+
+
+def induction_over_periods(model, periods=(5, 8, 11), batch: int = PROBE_BATCH) -> torch.Tensor:
+    """Each head's induction score on probes of several periods (spans of
+    each length said twice), the lowest over ``periods``: ``(n_layer,
+    n_heads)``. A head that looks a fixed distance back scores high at one
+    period only; an induction head scores high at all of them."""
+    scores = []
+    for period in periods:
+        gen = torch.Generator().manual_seed(PROBE_SEED + period)
+        idx = interp.repeated_tokens(VOCAB, period, batch=batch, generator=gen)
+        scores.append(interp.induction_score(interp.attention_patterns(model, idx), period))
+    return torch.stack(scores).min(dim=0).values
 
 
 def train_induction(n_layer: int, steps: int = 1000, seed: int = 0, lr: float = 1e-3,
@@ -350,3 +367,81 @@ def patch_heads(model, clean: dict, flipped: dict, hook: str = "attn.hook_z",
             with interp.hooks(model, {names[l]: put}):
                 effect[l, h] = (base - referent_scores(model, clean)["margin"].mean()) / (base - gone)
     return effect
+
+
+# --------------------------------------------------------------------------- the circuit of Exercise 10.2
+# The helpers Exercise 10.2 tells the reader to use (tinyformer.course.ch10 imports them from here, and
+# the chapter imports them from there). They live outside tinyformer.course, whose code a grader refuses
+# to see called by an answer, so that an answer may call them freely (a self-test, a search over scales).
+
+from types import SimpleNamespace  # noqa: E402 - this section is appended to the chapter's experiments
+
+#: The six matrices an answer to Exercise 10.2 returns, in this order.
+CIRCUIT_MATRICES = ("W_Q0", "W_K0", "W_V0", "W_O0", "W_Q1", "W_K1")
+
+
+def circuit_layout(V: int, T: int) -> SimpleNamespace:
+    """Where things live in the residual stream of :func:`blank_circuit`, for a vocabulary of ``V``
+    tokens and ``T`` positions: ``d_model = 2V + T + 2`` dimensions, in four blocks (slices)::
+
+        TOK   the current token's one-hot              (V dims)   written by the token embedding
+        PREV  the previous token's one-hot             (V dims)   empty: head 0.0 is to write it
+        POS   the position's one-hot                   (T dims)   written by the position embedding
+        MEAN  two dims that keep the mean at zero      (2 dims)   the first holds -2 (token + position)
+
+    A plain namespace (``layout.TOK``, ``layout.d_model``, …): reading it runs no code at all."""
+    return SimpleNamespace(V=V, T=T, d_model=2 * V + T + 2, TOK=slice(0, V), PREV=slice(V, 2 * V),
+                           POS=slice(2 * V, 2 * V + T), MEAN=slice(2 * V + T, 2 * V + T + 2))
+
+
+def blank_circuit(V: int, T: int, dtype: torch.dtype = torch.float32) -> tuple[GPT, SimpleNamespace]:
+    """A two-layer GPT (``tinyformer.model.GPT``, one head per layer, ``d_head = d_model``) for a
+    vocabulary of ``V`` tokens and ``T`` positions, and its layout (:func:`circuit_layout`). The
+    embeddings write the layout (token one-hot, position one-hot, -2 in the first ``MEAN`` dimension);
+    the layer norms are plain (gain 1, bias 0); every other weight and bias is zero: the attention, the
+    feed-forward networks (which so add nothing) and, through ``ln_f``, the logits. The global random
+    generator is left as it was."""
+    layout = circuit_layout(V, T)
+    with torch.random.fork_rng(devices=[]):
+        model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=2, n_head=1, d_model=layout.d_model))
+    model = model.to(dtype).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for block in model.blocks.blocks:
+            block.ln_1.weight.fill_(1.0)
+            block.ln_2.weight.fill_(1.0)
+        model.token_embedding.weight[:, layout.TOK] = torch.eye(V, dtype=dtype)
+        model.token_embedding.weight[:, layout.MEAN.start] = -2.0
+        model.position_embedding.weight[:, layout.POS] = torch.eye(T, dtype=dtype)
+    return model, layout
+
+
+def build_circuit(layout: SimpleNamespace, weights, dtype: torch.dtype = torch.float32) -> GPT:
+    """:func:`blank_circuit` with the six matrices ``weights = (W_Q0, W_K0, W_V0, W_O0, W_Q1, W_K1)``,
+    each ``(d_model, d_model)`` in the row convention (``q = x̂ @ W_Q``), set as the q, k, v and o
+    projections of layer 0 and the q and k projections of layer 1 (an ``nn.Linear`` stores the
+    transpose)."""
+    model, _ = blank_circuit(layout.V, layout.T, dtype)
+    weights = tuple(weights)
+    d = layout.d_model
+    if len(weights) != len(CIRCUIT_MATRICES):
+        raise ValueError(f"weights must be the {len(CIRCUIT_MATRICES)} matrices {CIRCUIT_MATRICES}, "
+                         f"got {len(weights)} items")
+    for name, w in zip(CIRCUIT_MATRICES, weights):
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (d, d):
+            got = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+            raise ValueError(f"{name} must be a ({d}, {d}) tensor, got {got}")
+    a0, a1 = (block.attn for block in model.blocks.blocks)
+    with torch.no_grad():
+        for linear, w in zip((a0.q_proj, a0.k_proj, a0.v_proj, a0.o_proj, a1.q_proj, a1.k_proj), weights):
+            linear.weight.copy_(w.detach().T.to(dtype))
+    return model
+
+
+def distinct_spans(V: int, period: int, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``batch`` sequences of ``period`` distinct random tokens (of ``V``), each said twice: ``(batch,
+    2 * period)``. No token repeats inside a span, so the only earlier copy of a token is one period
+    back."""
+    spans = torch.stack([torch.randperm(V, generator=generator)[:period] for _ in range(batch)])
+    return spans.repeat(1, 2)
