@@ -312,18 +312,6 @@ def summary(scores: dict) -> dict:
     return out
 
 
-def ablation_table(model, batch: dict, groups: dict, means: torch.Tensor | None = None,
-                   kind: torch.Tensor | None = None) -> dict:
-    """:func:`summary` of the model with each group of heads switched off, ``{name: [(layer,
-    head), ...]}`` -> ``{name: summary}``; zero ablation, or mean ablation with ``means``
-    (:func:`interp.head_means` of *other* sentences, so the test set is not its own baseline)."""
-    out = {}
-    for name, heads in groups.items():
-        with interp.ablate_heads(model, heads, means):
-            out[name] = summary(referent_scores(model, batch, kind))
-    return out
-
-
 def flip_adjective(batch: dict, vocab: list[str], seed: int = 0) -> dict:
     """The same sentences with the adjective swapped for one that fits the *other* noun (drawn
     from the same template's list), so the antecedent flips and nothing else changes before
