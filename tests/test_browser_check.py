@@ -327,3 +327,37 @@ def test_layout_extension_numbers_per_chapter():
         "book/02-attention": {"figure": {"a": (2, 2), "b": (2, 1)}, "displaymath": {"eq-x": (2, 1)}},
         "book/03-transformer-block": {"figure": {"c": (3, 1)}, "displaymath": {"eq-y": (3, 1), "eq-z": (3, 2)}},
     }
+
+
+@pytest.fixture(scope="module")
+def sphinx_site(tmp_path_factory) -> Path:
+    """A real two-page Sphinx site, built here, whose search index the browser must read offline."""
+    from sphinx.cmd.build import build_main
+
+    src = tmp_path_factory.mktemp("search-src")
+    (src / "conf.py").write_text("project = 'x'\nhtml_theme = 'basic'\n")
+    (src / "index.rst").write_text("Home\n====\n\n.. toctree::\n\n   heads\n")
+    (src / "heads.rst").write_text("Heads\n=====\n\nAn induction head copies what followed a token before.\n")
+    out = tmp_path_factory.mktemp("search-html")
+    assert build_main(["-q", "-b", "html", str(src), str(out)]) == 0
+    return out
+
+
+def test_the_search_page_answers_from_the_local_index(sphinx_site):
+    chromium, driver = browser_or_skip()
+    server, base = browser_check.serve(sphinx_site)
+    browser = browser_check.start_browser(chromium, driver)
+    try:
+        assert browser_check.search_problems(browser, base, sphinx_site, (("induction", "heads.html"),)) == []
+        missed = browser_check.search_problems(browser, base, sphinx_site, (("transformer", "heads.html"),))
+        assert missed == ["search for 'transformer' does not find heads.html (0 results)"]
+        (sphinx_site / "searchindex.js").rename(sphinx_site / "index-moved.js")
+        try:
+            broken = browser_check.search_problems(browser, base, sphinx_site, (("induction", "heads.html"),))
+        finally:
+            (sphinx_site / "index-moved.js").rename(sphinx_site / "searchindex.js")
+        assert broken == ["search: the site has no search.html or no searchindex.js"]
+    finally:
+        browser.quit()
+        server.shutdown()
+        server.server_close()

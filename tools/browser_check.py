@@ -10,7 +10,9 @@ alt text, when code shows a grading marker or a solution is unfolded, when a loc
 a missing file or anchor, or when a Colab, Binder or GitHub link points at a file that is not in
 this repository. An interactive attention view (tinyformer.viz.attention_widget, class
 tf-attn-widget) must have run its script, fit the window, and change what it shows when another
-head is selected and a token is pointed at, and select a token that is tapped. Problems are
+head is selected and a token is pointed at, and select a token that is tapped. On a Sphinx site
+(one with objects.inv) the search page must answer a few queries from the built index alone, each
+with a result on the page expected, loading nothing from outside the site. Problems are
 printed one per line, with screenshots (the culprit outlined in red) under <html_dir>/../browser/,
 and the exit status is 1. `-v` also prints, per page, how many boxes scroll sideways, which is
 allowed.
@@ -42,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = {"desktop": (1280, 900, False), "phone": (390, 844, True)}
 SKIP_SCHEMES = ("http:", "https:", "mailto:", "javascript:", "data:", "tel:", "ftp:")
 MAX_SHOTS = 4  # screenshots per page and width
+# queries the built book's search must answer offline, and a page each must find
+SEARCHES = (("induction head", "book/10-interp.html"), ("byte-pair encoding", "book/06-training.html"),
+            ("rotary", "book/04-positions.html"), ("notation", "book/appendix-notation.html"))
 PAGE_TIMEOUT_S = 30  # to load a page and typeset its formulas
 
 
@@ -479,6 +484,44 @@ def redirect_problems(html_dir: Path) -> list[str]:
     return problems
 
 
+# Polls Sphinx's search page until it reports that the search has finished (its summary line),
+# then returns the result links and any resource the page loaded from outside the site.
+SEARCH_SCRIPT = """
+const done = arguments[arguments.length - 1];
+const start = Date.now();
+(function poll() {
+  const summary = document.querySelector('#search-results .search-summary');
+  if (summary || Date.now() - start > arguments[0] * 1000) {
+    const links = Array.from(document.querySelectorAll('#search-results ul.search a'))
+      .map(a => a.href.split('#')[0].split('?')[0]);
+    const foreign = performance.getEntriesByType('resource').map(e => e.name)
+      .filter(n => !n.startsWith(location.origin) && !n.startsWith('data:'));
+    done({finished: !!summary, links: links, foreign: foreign});
+  } else setTimeout(poll, 100);
+})();
+"""
+
+
+def search_problems(browser, base: str, html_dir: Path, searches=SEARCHES) -> list[str]:
+    """Problems of the site's search: each query must find its page, from the local index only."""
+    from urllib.parse import quote_plus
+
+    if not (html_dir / "objects.inv").exists():  # not a Sphinx site: nothing to search
+        return []
+    if not (html_dir / "search.html").exists() or not (html_dir / "searchindex.js").exists():
+        return ["search: the site has no search.html or no searchindex.js"]
+    problems = []
+    for query, expected in searches:
+        browser.get(urljoin(base, f"search.html?q={quote_plus(query)}"))
+        found = browser.execute_async_script(SEARCH_SCRIPT.replace("arguments[0]", str(PAGE_TIMEOUT_S)))
+        if not found["finished"]:
+            problems.append(f"search for {query!r} did not finish within {PAGE_TIMEOUT_S} s")
+        elif urljoin(base, expected) not in found["links"]:
+            problems.append(f"search for {query!r} does not find {expected} ({len(found['links'])} results)")
+        problems += [f"search for {query!r} loaded {url} from outside the site" for url in found["foreign"]]
+    return problems
+
+
 def screenshot(browser, index: int, out: Path) -> None:
     """Scroll the marked element into view, outline it and save the window."""
     from selenium.webdriver.common.by import By
@@ -511,7 +554,7 @@ def load_and_inspect(browser, url: str, width: int) -> dict:
 
 
 def check(html_dir: Path, repo_root: Path = ROOT, shots: Path | None = None,
-          verbose: bool = False) -> list[str]:
+          verbose: bool = False, searches=SEARCHES) -> list[str]:
     """Load every page at every width; return the problems, one line each."""
     html_dir = html_dir.resolve()
     shots = shots or html_dir.parent / "browser"
@@ -552,6 +595,8 @@ def check(html_dir: Path, repo_root: Path = ROOT, shots: Path | None = None,
                     if index not in shot_index and len(shot_index) < MAX_SHOTS:
                         shot_index[index] = shots / f"{Path(rel).stem}-{WIDTHS[width][0]}-{len(shot_index) + 1}.png"
                         screenshot(browser, index, shot_index[index])
+        set_width(browser, next(iter(WIDTHS)))
+        problems += search_problems(browser, base, html_dir, searches)
     finally:
         browser.quit()
         server.shutdown()
