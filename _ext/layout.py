@@ -170,7 +170,8 @@ def record_assets(app: Sphinx, config) -> None:
 
 def on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     figure_alt_text(doctree)
-    mark_short_tables(doctree)
+    if app.builder.format == "html":  # the labels are for a phone's screen; on paper they would show
+        mark_short_tables(doctree)
 
 
 CHAPTER_DOC = re.compile(r"(?:^|/)(\d\d)-[^/]*$")

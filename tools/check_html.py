@@ -9,7 +9,9 @@ repository named in _config.yml, never to the book's MyST notebook: the Colab bu
 Binder button, when Binder is configured, which needs binder/) opens notebooks/NN-slug.ipynb; a
 chapter with exercises links "Exercises in Colab" to notebooks/exercises/NN-slug.ipynb and offers
 that notebook for download from a copy served with the book; every linked notebook exists in the
-repository, and every served copy is identical to it. Exits 1 with one line per problem.
+repository, and every served copy is identical to it. The API reference (book/appendix-api.md)
+has an entry for every public function, class and documented method of the modules it documents
+(tools/api_docs.py). Exits 1 with one line per problem.
 """
 
 from __future__ import annotations
@@ -161,6 +163,16 @@ def check_page(html_path: Path, chapter: Path, config: dict, html_root: Path | N
     return problems
 
 
+def check_api(html: Path) -> list[str]:
+    """The API reference's page has an entry (an ``id``) for every public object (tools/api_docs.py)."""
+    import api_docs  # beside this file
+
+    page = html / "book" / "appendix-api.html"
+    if not page.exists():
+        return [f"{page} was not built"]
+    return [f"{page.name}: no entry for {name}" for name in api_docs.missing_ids(page.read_text())]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     html = Path(argv[0]) if argv else ROOT / "_build" / "html"
@@ -173,6 +185,7 @@ def main(argv=None) -> int:
             problems.append(f"{page} was not built")
             continue
         problems += check_page(page, chapter, config, html)
+    problems += check_api(html)
     for p in problems:
         print(p)
     print(f"check_html: {len(chapters)} pages, {len(problems)} problem(s)")

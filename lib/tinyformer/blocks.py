@@ -259,7 +259,8 @@ def block_param_count(d_model: int, d_ff: int | None = None,
 
 
 def stream_rms(x: torch.Tensor) -> float:
-    """The root-mean-square size of the vectors in ``x`` (per component)."""
+    """The root-mean-square size of the vectors in ``x`` ``(..., d_model)``
+    (per component), a float."""
     return float(x.detach().pow(2).mean().sqrt())
 
 

@@ -7,9 +7,9 @@ tuple where a tensor was expected, an input modified in place, float32 arithmeti
 hint names it. A check never raises, and a stub that still raises ``NotImplementedError`` is told
 so, or told which unfinished earlier exercise it calls.
 
-The judging engine lives in :mod:`tinyformer.course.engine` and each chapter's exercises in
-:mod:`tinyformer.course` (``ch02``, …); this module is their public face. The grader
-(:mod:`tinyformer.grade`) uses the same :func:`run_cases` and :func:`judge`.
+The judging engine lives in ``tinyformer.course.engine`` and each chapter's exercises in
+``tinyformer.course`` (``ch02``, …); this module is their public face. The grader
+(``tinyformer.grade``) uses the same :func:`run_cases` and :func:`judge`.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import torch
 
 from tinyformer.validation import check_int
 
+#: What :func:`words` keeps: runs of lower-case letters, and the marks ``.`` and ``,``.
 WORD_PATTERN = re.compile(r"[a-z]+|[.,]")
 
 
@@ -154,9 +155,9 @@ def get_batch(data, batch_size: int, block_size: int,
 
 # --------------------------------------------------------------------------- a synthetic language
 
-# Winograd-style templates: the pronoun "it" refers to the first or the second
-# noun depending on the adjective at the end (Levesque et al., 2012).
-# (template, first nouns, second nouns, adjectives for the first, for the second)
+#: Winograd-style templates: the pronoun "it" refers to the first or the second
+#: noun depending on the adjective at the end (Levesque et al., 2012). Each is
+#: ``(template, first nouns, second nouns, adjectives for the first, for the second)``.
 PRONOUN_TEMPLATES = [
     ("the {a} did not cross the {b} because it was too {adj} .",
      ["chicken", "dog", "cat", "horse", "cow", "goat", "sheep", "fox", "duck",
@@ -175,6 +176,8 @@ PRONOUN_TEMPLATES = [
      ["weak", "tired", "small", "young", "ill"],
      ["heavy", "big", "large", "bulky", "massive"]),
 ]
+#: The pairs the relation sentences state, by relation: ``"capital"`` (country, city),
+#: ``"gender"`` (male, female) and ``"plural"`` (singular, plural).
 RELATIONS = {
     "capital": [("france", "paris"), ("italy", "rome"), ("spain", "madrid"),
                 ("germany", "berlin"), ("japan", "tokyo"), ("egypt", "cairo"),
@@ -197,10 +200,10 @@ RELATION_TEMPLATES = {
     "gender": "he is a {x} and she is a {y} .",
     "plural": "one {x} , two {y} .",
 }
-# The same relations said the other way (``synthetic_corpus(..., relation_style="context")``): a
-# sentence names one side of a pair only, in a frame of its own side (a nation / a city), beside a
-# word the two sides share (the language spoken there). Partners never meet in one sentence; what
-# they have in common is a context, which is what the distributional hypothesis can pick up.
+#: The same relations said the other way (``synthetic_corpus(..., relation_style="context")``): a
+#: sentence names one side of a pair only, in a frame of its own side (a nation / a city), beside a
+#: word the two sides share (the language spoken there). Partners never meet in one sentence; what
+#: they have in common is a context, which is what the distributional hypothesis can pick up.
 CONTEXT_TEMPLATES = {
     "capital": ("the proud nation of {w} speaks {z} .",
                 "the crowded city of {w} speaks {z} ."),
@@ -209,6 +212,8 @@ CONTEXT_TEMPLATES = {
     "plural": ("there is one {w} near the {z} .",
                "there are two {w} near the {z} ."),
 }
+#: The word each pair of :data:`RELATIONS` shares in :data:`CONTEXT_TEMPLATES`' sentences, by
+#: relation, in the order of its pairs.
 SHARED_CONTEXT = {
     # the language spoken there: Spain and Chile share theirs, as they do in the world
     "capital": ["french", "italian", "spanish", "german", "japanese", "arabic", "quechua",
@@ -361,7 +366,8 @@ def synthetic_entropy(mix=(0.4, 0.3, 0.2, 0.1), relation_style: str = "cooccur",
     return {"nats_per_token": h / n, "nats_per_sentence": h, "tokens_per_sentence": n}
 
 
-# Public corpora, downloaded only on request, verified by checksum and cached.
+#: Public corpora for :func:`load_corpus`, by name: ``(url, "sha256:<hex>")``; downloaded only
+#: on request, verified by checksum and cached.
 CORPORA = {
     "tiny-shakespeare": (
         "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"

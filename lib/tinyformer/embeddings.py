@@ -72,17 +72,19 @@ class Vocab:
         return word in self.index
 
     def ids(self, tokens) -> torch.Tensor:
-        """The ids of ``tokens``, words outside the vocabulary left out (as word2vec does)."""
+        """The ids of ``tokens``, ``(n,)`` int64, words outside the vocabulary left out (as word2vec
+        does)."""
         return torch.tensor([self.index[w] for w in tokens if w in self.index], dtype=torch.long)
 
     def frequencies(self) -> torch.Tensor:
-        """Each word's count, in id order, as a float64 tensor."""
+        """Each word's count, in id order, as a float64 tensor ``(V,)``."""
         return torch.tensor([self.counts[w] for w in self.words], dtype=torch.float64)
 
 
 @dataclass
 class WordVectors:
-    """One vector per word: ``vectors[i]`` belongs to ``words[i]``."""
+    """One vector per word: ``vectors[i]`` belongs to ``words[i]``; ``vectors`` is
+    ``(len(words), d)``."""
 
     words: list
     vectors: torch.Tensor
@@ -145,9 +147,9 @@ def cooccurrence(tokens, vocab: Vocab, window: int = 2) -> torch.Tensor:
 
 
 def pmi(C: torch.Tensor, context_power: float = 1.0) -> torch.Tensor:
-    """Pointwise mutual information log P(w, c) / (P(w) P(c)) of a count matrix; cells never
-    seen are -inf. ``context_power`` raises the context counts to that power before
-    normalising (0.75 is the distribution word2vec draws its negatives from)."""
+    """Pointwise mutual information log P(w, c) / (P(w) P(c)) of a count matrix ``(V, V')``, the
+    same shape, float64; cells never seen are -inf. ``context_power`` raises the context counts to
+    that power before normalising (0.75 is the distribution word2vec draws its negatives from)."""
     if not isinstance(C, torch.Tensor) or C.dim() != 2:
         raise ValueError(f"C must be a 2-D tensor of counts, got {type(C).__name__}")
     C = C.double()
@@ -163,15 +165,16 @@ def pmi(C: torch.Tensor, context_power: float = 1.0) -> torch.Tensor:
 
 
 def ppmi(C: torch.Tensor) -> torch.Tensor:
-    """Positive PMI: max(PMI, 0), so pairs never seen (or seen less than chance) count 0."""
+    """Positive PMI: max(PMI, 0), so pairs never seen (or seen less than chance) count 0.
+    ``(V, V')`` counts -> ``(V, V')``, float64."""
     return pmi(C).clamp(min=0)
 
 
 def svd_vectors(M: torch.Tensor, dim: int) -> torch.Tensor:
-    """The rows of the best rank-``dim`` approximation of ``M``, as ``dim``-wide vectors:
-    U_dim · sqrt(S_dim) (the square root shares the singular values between words and contexts,
-    as Levy et al., 2015, recommend). The sign of each direction is fixed so that its largest
-    entry is positive, which makes the result the same on every machine."""
+    """The rows of the best rank-``dim`` approximation of ``M`` ``(V, V')``, as ``dim``-wide
+    vectors ``(V, dim)``: U_dim · sqrt(S_dim) (the square root shares the singular values between
+    words and contexts, as Levy et al., 2015, recommend). The sign of each direction is fixed so
+    that its largest entry is positive, which makes the result the same on every machine."""
     dim = check_int("dim", dim)
     if dim > min(M.shape):
         raise ValueError(f"dim must be at most {min(M.shape)} for a matrix of shape "
@@ -221,8 +224,9 @@ def sgns_gradients(v_c, u_o, u_neg):
 
 
 def skipgram_pairs(ids: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every (centre, context) pair of a stream of ids with the context at most ``window``
-    positions away on either side; the centre is never its own context."""
+    """Every (centre, context) pair of a stream of ids ``(n,)`` with the context at most ``window``
+    positions away on either side; the centre is never its own context. Returns
+    ``(centres, contexts)``, two ``(n_pairs,)`` tensors of ids."""
     window = check_int("window", window)
     centres, contexts = [], []
     for offset in range(1, window + 1):
@@ -232,8 +236,8 @@ def skipgram_pairs(ids: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.
 
 
 def noise_distribution(counts: torch.Tensor, power: float = 0.75) -> torch.Tensor:
-    """The distribution negatives are drawn from: unigram counts raised to ``power``,
-    normalised (word2vec's 0.75 gives rare words more turns than their share)."""
+    """The distribution negatives are drawn from: unigram counts ``(V,)`` raised to ``power``,
+    normalised, ``(V,)`` (word2vec's 0.75 gives rare words more turns than their share)."""
     p = counts.double() ** power
     return p / p.sum()
 

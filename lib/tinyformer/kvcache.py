@@ -205,10 +205,12 @@ class KVCache:
 
     @property
     def batch_size(self) -> int:
+        """The number of sequences the cache holds."""
         return self.k.shape[1]
 
     @property
     def max_len(self) -> int:
+        """The positions the storage has room for."""
         return self.k.shape[3]
 
     @property

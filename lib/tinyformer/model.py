@@ -90,6 +90,7 @@ class GPTConfig:
 
     @property
     def d_head(self) -> int:
+        """Width of one attention head: ``d_model // n_head``."""
         return self.d_model // self.n_head
 
     @property

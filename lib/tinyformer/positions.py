@@ -49,8 +49,8 @@ def _check_base(base) -> float:
 
 def frequencies(d: int, base: float = 10000.0, device=None) -> torch.Tensor:
     """The ``d/2`` angular frequencies ``θ_i = base^(-2i/d)``, from 1 (pair
-    0, a full turn every 2π positions) down to nearly ``1/base``; float64,
-    so tables stay accurate at large positions."""
+    0, a full turn every 2π positions) down to nearly ``1/base``; shape
+    ``(d/2,)``, float64, so tables stay accurate at large positions."""
     d, base = _check_even("d", d), _check_base(base)
     i = torch.arange(d // 2, device=device, dtype=torch.float64)   # (d/2,)
     return base ** (-2 * i / d)
@@ -126,6 +126,9 @@ class LearnedPositions(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, d) * std)
 
     def forward(self, T, offset: int = 0) -> torch.Tensor:
+        """The rows of positions ``offset … offset+T-1``, ``(T, d)``, for an
+        int ``T``; for an integer tensor of positions, their rows,
+        ``(*T.shape, d)``."""
         if isinstance(T, torch.Tensor):
             if offset != 0:
                 raise ValueError("offset applies to an int T only: add it "

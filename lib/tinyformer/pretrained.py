@@ -32,12 +32,15 @@ RECORD = HERE / "english-gpt.json"
 # chapter 6, "The main run": the tokenizer, the model and the CPU run, exactly as the chapter sets them
 VOCAB_SIZE = 512
 SPECIAL = ["<|endoftext|>"]
+#: The main run's model sizes (:func:`english_config` adds the vocabulary).
 CONFIG = dict(block_size=128, n_layer=4, n_head=4, d_model=128)
+#: The main run's training settings (:func:`~tinyformer.training.train`'s arguments).
 RUN = dict(steps=600, batch_size=16, lr=2e-3, warmup=50, eval_every=100, eval_batches=20, seed=0)
 
 
 def english_data() -> tuple[BPETokenizer, torch.Tensor, torch.Tensor]:
-    """Chapter 6's tokenizer and token streams: ``(bpe, train_ids, val_ids)``.
+    """Chapter 6's tokenizer and token streams: ``(bpe, train_ids, val_ids)``, the streams 1-D
+    int64 tensors ``(n_tokens,)``.
 
     The BPE (512 tokens, with ``<|endoftext|>``) is trained on the training split of
     :func:`~tinyformer.data.english_split`; each paragraph is encoded on its own and the paragraphs

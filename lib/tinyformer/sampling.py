@@ -69,13 +69,15 @@ def _check_logits(logits) -> None:
 
 def apply_temperature(logits: torch.Tensor,
                       temperature: float) -> torch.Tensor:
-    """``logits / temperature``: below 1 sharpens, above 1 flattens."""
+    """``logits / temperature``: below 1 sharpens, above 1 flattens.
+    ``(..., V)`` -> ``(..., V)``."""
     _check_logits(logits)
     return logits / _check_temperature(temperature)
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Set all but the ``k`` largest logits of each row to ``-inf``.
+    """Set all but the ``k`` largest logits of each row to ``-inf``:
+    ``(..., V)`` -> ``(..., V)``.
 
     Exactly ``k`` tokens survive: when several logits tie with the k-th
     largest, the lowest indices are kept. ``k >= V`` keeps every token.
@@ -91,7 +93,8 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Set every logit outside the nucleus to ``-inf``.
+    """Set every logit outside the nucleus to ``-inf``: ``(..., V)`` ->
+    ``(..., V)``.
 
     The nucleus is the smallest set of most likely tokens whose total
     probability reaches ``p`` (cumulative ``>= p``); the token that

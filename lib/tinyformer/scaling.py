@@ -23,16 +23,17 @@ import torch.nn as nn
 
 from tinyformer.validation import check_int
 
-# Published parametric fits of L(N, D) = E + A / N**alpha + B / D**beta (N parameters, D training
-# tokens, L in nats per token on each paper's own data): Hoffmann et al. (2022), eq. 10, and the
-# refit of their data by Besiroglu et al. (2024), which found the original constants did not fit
-# the points they came from.
+#: Published parametric fits of ``L(N, D) = E + A / N**alpha + B / D**beta`` (N parameters, D
+#: training tokens, L in nats per token on each paper's own data): Hoffmann et al. (2022), eq. 10,
+#: and the refit of their data by Besiroglu et al. (2024), which found the original constants did
+#: not fit the points they came from.
 PUBLISHED = {
     "hoffmann": {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28},
     "besiroglu": {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658},
 }
-# Kaplan et al. (2020), eqs. 1.1-1.3: L(N) = (N_c/N)**alpha_N for non-embedding parameters N,
-# L(D) = (D_c/D)**alpha_D for tokens D, L(C_min) = (C_c/C_min)**alpha_C for compute in PF-days.
+#: Kaplan et al. (2020), eqs. 1.1-1.3: ``L(N) = (N_c/N)**alpha_N`` for non-embedding parameters
+#: N, ``L(D) = (D_c/D)**alpha_D`` for tokens D, ``L(C_min) = (C_c/C_min)**alpha_C`` for compute in
+#: PF-days.
 KAPLAN = {"alpha_N": 0.076, "N_c": 8.8e13, "alpha_D": 0.095, "D_c": 5.4e13,
           "alpha_C": 0.050, "C_c": 3.1e8}
 

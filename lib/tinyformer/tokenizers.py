@@ -22,17 +22,19 @@ from __future__ import annotations
 
 import functools
 import heapq
+import inspect
 import json
 import re
+import types
 from collections import Counter
 from pathlib import Path
 
 from tinyformer.validation import check_int
 
-# GPT-2's pre-tokenisation split, written for Python's re (no \p{L}): English
-# contractions, an optional space and a run of letters, of digits, or of other
-# symbols, then runs of whitespace. [^\W\d_] is a letter or a numeral that is
-# not a decimal digit (², ½, Ⅻ: GPT-2's \p{L} would split them off); \d a digit.
+#: GPT-2's pre-tokenisation split, written for Python's ``re`` (no ``\p{L}``): English
+#: contractions, an optional space and a run of letters, of digits, or of other
+#: symbols, then runs of whitespace. ``[^\W\d_]`` is a letter or a numeral that is
+#: not a decimal digit (², ½, Ⅻ: GPT-2's ``\p{L}`` would split them off); ``\d`` a digit.
 SPLIT_PATTERN = (r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|_+"
                  r"|\s+(?!\S)|\s+")
 FORMAT = "tinyformer-tokenizer"
@@ -48,9 +50,17 @@ class _train_method:
         functools.update_wrapper(self, fn)   # its name, doc, and __wrapped__
 
     def __get__(self, obj, cls):
-        if obj is None:
-            return lambda *args, **kwargs: self.fn(cls, None, *args, **kwargs)
-        return lambda *args, **kwargs: self.fn(cls, obj, *args, **kwargs)
+        fn = self.fn
+
+        def train(owner, *args, **kwargs):
+            return fn(cls, obj, *args, **kwargs)
+
+        # bound to the class or the tokenizer, with the name, docstring and signature of ``fn``
+        # (``text, vocab_size, …``), so that help() and the book's API reference show them
+        functools.update_wrapper(train, fn)
+        train.__signature__ = inspect.signature(fn).replace(
+            parameters=list(inspect.signature(fn).parameters.values())[1:])
+        return types.MethodType(train, cls if obj is None else obj)
 
 
 def _check_text(name: str, text) -> str:
@@ -105,16 +115,21 @@ class CharTokenizer:
     @_train_method
     def train(cls, self, text: str, vocab_size=None) -> CharTokenizer:
         """The vocabulary of ``text``'s characters (``vocab_size`` is
-        ignored: a character tokenizer has one token per character)."""
+        ignored: a character tokenizer has one token per character).
+        Called on the class it returns a new tokenizer; called on a
+        tokenizer it replaces that one's vocabulary and returns it."""
         tok = cls() if self is None else self
         tok._fit(text)
         return tok
 
     @property
     def vocab_size(self) -> int:
+        """The number of ids: one per distinct character."""
         return len(self.chars)
 
     def encode(self, text: str) -> list[int]:
+        """The id of every character of ``text``; a character the
+        tokenizer never saw is an error (it has no id to give it)."""
         _check_text("text", text)
         if not self.chars:
             raise ValueError("this CharTokenizer has no vocabulary yet: "
@@ -127,15 +142,19 @@ class CharTokenizer:
                              f"this tokenizer was built from") from None
 
     def decode(self, ids) -> str:
+        """The text of ``ids`` (a list or a 1-D tensor): the inverse of
+        :meth:`encode`."""
         return "".join(self.chars[i] for i in _check_ids(ids, self.vocab_size))
 
     def save(self, path) -> None:
+        """A JSON file a person can read: the characters, in id order."""
         data = {"format": FORMAT, "type": "char", "chars": self.chars}
         Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=1),
                               encoding="utf-8")
 
     @classmethod
     def load(cls, path) -> CharTokenizer:
+        """The tokenizer :meth:`save` wrote to ``path``."""
         data = _read(path, "char")
         return cls("".join(data["chars"]))
 
@@ -205,6 +224,8 @@ class BPETokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of ids: 256 bytes, one per merge, then the special
+        tokens."""
         return len(self.vocab) + len(self.special_tokens)
 
     # ------------------------------------------------------------------ training
@@ -394,6 +415,7 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path) -> BPETokenizer:
+        """The tokenizer :meth:`save` wrote to ``path``."""
         data = _read(path, "bpe")
         return cls(data["merges"], data["special_tokens"], data["pattern"])
 

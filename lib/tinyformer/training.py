@@ -26,6 +26,7 @@ import torch.nn as nn
 from tinyformer.data import _as_stream, get_batch
 from tinyformer.validation import check_int
 
+#: The learning-rate schedules :func:`train` knows.
 SCHEDULES = ("cosine", "noam", "constant")
 
 

@@ -217,7 +217,8 @@ def plot_history(history: dict, ax=None, *, label: str = "", smooth: int = 20,
 # Schematics are drawn in data coordinates where one unit is one inch of the figure, so boxes,
 # arrows and text keep their proportions at any size the page shows them.
 
-FONT = 10        # points; the smallest text of a schematic is 9 pt, readable on a phone
+#: The schematics' font size in points; the smallest text of a schematic is 9 pt, readable on a phone.
+FONT = 10
 #: one colour per attention head (up to eight)
 HEAD_COLOURS = ["#f4a261", "#2a9d8f", "#8d6cc4", "#e76f51", "#4d8fd6", "#9bbb59", "#d4a017", "#c05780"]
 

@@ -70,6 +70,7 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
+        """Whether the exercise passed (what ``bool(verdict)`` says)."""
         return self.status == PASS
 
     def __bool__(self) -> bool:
@@ -104,7 +105,7 @@ class Outcome:
 
 @dataclass(kw_only=True)
 class Exercise:
-    """One checked exercise. Declare it with keyword arguments and :func:`register` it."""
+    """One checked exercise. Declare it with keyword arguments and ``register`` it."""
 
     name: str                      # the key, also the check's suffix: tinyformer.checks.check_<name>
     number: str                    # "2.6"; "" for a drill (a check that is no exercise of the chapter)
@@ -142,6 +143,7 @@ class Exercise:
 
     @property
     def title(self) -> str:
+        """``"Exercise 2.1 (attention_by_hand)"``; a drill's function name."""
         return f"Exercise {self.number} ({self.function})" if self.number else self.function
 
     def hints(self) -> list[str]:
