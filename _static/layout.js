@@ -133,4 +133,30 @@
   });
   // folded content (hidden cell outputs) has no width until it is opened
   document.addEventListener("toggle", (event) => fitAll(event.target), true);
+
+  // A link to a spot inside a folded box (a "Going further" dropdown, a folded cell) opens the
+  // box and shows the spot: the glossary links to terms that some chapters define in such boxes.
+  function revealTarget() {
+    const id = decodeURIComponent(location.hash.slice(1));
+    const target = id ? document.getElementById(id) : null;
+    if (!target) return;
+    let opened = false;
+    for (let el = target.parentElement; el; el = el.parentElement) {
+      if (el.tagName === "DETAILS" && !el.open) {
+        el.open = true;
+        opened = true;
+      }
+      if (el.classList.contains("toggle-hidden")) {
+        const button = el.querySelector(":scope > .admonition-title .toggle-button");
+        if (button) {
+          button.click();
+          opened = true;
+        }
+      }
+    }
+    if (opened) target.scrollIntoView({ block: "center" });
+  }
+  // after the toggle buttons exist (sphinx-togglebutton adds them when the page has loaded)
+  window.addEventListener("load", revealTarget);
+  window.addEventListener("hashchange", revealTarget);
 })();

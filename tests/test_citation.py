@@ -35,11 +35,17 @@ def test_the_page_shows_the_same_entry():
     bibtex = re.search(r"```bibtex\n(.*?)```", PAGE, re.S).group(1)
     fields = dict(re.findall(r"(\w+)\s*=\s*\{+(.*?)\}+,?\n", bibtex))
     cite = CFF["preferred-citation"]
+    assert bibtex.startswith("@misc{")  # @book would need a publisher, and print the version as an edition
     assert fields == {"author": cite["authors"][0]["name"], "title": cite["title"], "year": str(cite["year"]),
-                      "edition": cite["edition"], "url": cite["url"]}
-    quoted = re.search(r"^> (.*?)\n\n", PAGE, re.S | re.M).group(1).replace("\n> ", " ")
+                      "note": f"Version {cite['edition']}", "howpublished": "\\url{" + cite["url"]}
+    plain = re.search(r"```text\n(.*?)```", PAGE, re.S).group(1)
     for value in (cite["authors"][0]["name"], cite["title"], cite["edition"], cite["url"], str(cite["year"])):
-        assert value in quoted, value
+        assert value in " ".join(plain.split()), value
+
+
+def test_the_site_shows_its_version():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert f"tinyformer {tinyformer.__version__}" in config["html"]["extra_footer"]
 
 
 def test_licences_agree_with_the_licence_file():

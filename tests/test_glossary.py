@@ -252,3 +252,11 @@ def test_links_land_on_the_bold_word_and_a_missing_target_fails_the_build(tmp_pa
     source.write_text(source.read_text().replace("The **widget** is", "The widget is"))
     _, warnings = _build(tmp_path)
     assert "glossary-widget-2" in warnings and "not found" in warnings
+
+
+def test_written_glosses_name_terms_of_the_glossary():
+    terms = {d.term for d in glossary.definitions()}
+    assert set(glossary.GLOSSES) <= terms, set(glossary.GLOSSES) - terms
+    page = (glossary.BOOK / glossary.PAGE_NAME).read_text()
+    for term, text in glossary.GLOSSES.items():
+        assert f"**{term}**: {text[0].upper() + text[1:]}" in page, term

@@ -48,8 +48,8 @@ def test_only_chapters_that_ask_for_the_gpu_are_marked(tmp_path):
 def test_a_stored_chapter_7_sweep_replaces_the_note(tmp_path):
     measured = tmp_path / "measured"
     shutil.copytree(ROOT / "lib" / "tinyformer" / "measured", measured)
-    assert "No such run is stored yet" in gpu_page.page(measured=measured)
+    assert "no such run is stored" in gpu_page.page(measured=measured)
     sweep = {"device": "Tesla T4", "date": "2027-01-01", "runs": [{}] * 3}
     (measured / "t4-ch07.json").write_text(json.dumps(sweep))
     text = gpu_page.page(measured=measured)
-    assert "No such run is stored yet" not in text and "3 runs on Tesla T4" in text
+    assert "no such run is stored" not in text and "3 runs on Tesla T4" in text

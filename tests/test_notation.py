@@ -76,3 +76,12 @@ def test_the_tool_fails_on_a_stale_page(tmp_path, monkeypatch, capsys):
     assert tool.main(["check"]) == 1
     assert "stale" in capsys.readouterr().err
     assert tool.main(["write"]) == 0 and tool.main(["check"]) == 0
+
+
+def test_a_preview_must_be_declared_and_real(chapters):
+    undeclared = tuple(dataclasses.replace(row, previewed=()) if row.latex == "d_\\text{ff}" else row
+                       for row in notation.TABLE)
+    assert any("$d_ff$ is written in chapter 2" in p for p in notation.problems(chapters, undeclared))
+    false = tuple(dataclasses.replace(row, previewed=(1,)) if row.latex == "d_\\text{ff}" else row
+                  for row in notation.TABLE)
+    assert any("chapter 1 uses $d_\\text{ff}$ ahead" in p for p in notation.problems(chapters, false))

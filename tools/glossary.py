@@ -44,8 +44,9 @@ FIX = "run `python tools/glossary.py write`"
 
 INTRO = """\
 The terms the chapters define, in alphabetical order. A chapter sets a term in bold where it
-defines it; each entry here gives the gist in the chapter's own words, and its link opens the
-chapter at that bold word. A term defined in more than one place links to each, the fullest
+defines it; each entry here gives the gist in the chapter's own words (a few, whose defining
+sentence leans on its neighbours, are glossed afresh), and its link opens the chapter at that bold
+word, unfolding the box it sits in if need be. A term defined in more than one place links to each, the fullest
 definition first. This page is generated from the chapters by `tools/glossary.py`, so it cannot drift from
 them: `make test` fails when it no longer matches them."""
 
@@ -446,7 +447,27 @@ PREVIEWS = {
     (10, "ablation"): "the opening names the chapter's tools; the section Ablation defines it",
     (10, "logit lens"): "the opening names the chapter's tools; the section The logit lens defines it",
     (3, "post-norm"): "named in the opening; the section Pre-norm and post-norm defines it",
+    (2, "KV cache"): "a forward reference to Chapter 8, which defines it",
+    (4, "cache"): "a pointer to Chapter 8's cache, which defines it",
     (3, "pre-norm"): "named where the block is assembled; the section Pre-norm and post-norm defines it",
+}
+
+#: Glosses written for the glossary, for terms whose defining sentence leans on the sentences around
+#: it ("That puts the answer ...") and reads as a fragment on its own. tests/test_glossary.py fails
+#: when a key is no longer a term of the glossary.
+GLOSSES = {
+    "causal mask": "the mask that lets the query at position $i$ attend only to keys at positions "
+                   "$j \\le i$, so that no position sees the tokens it is trained to predict.",
+    "padding mask": "the mask that hides the padding positions of the shorter sequences in a batch, so "
+                    "that no query attends to them.",
+    "soft lookup": "attention read as a dictionary lookup in which every key matches a little: the output "
+                   "is the average of all the values, weighted by how well each key matches the query.",
+    "nat": "the unit of information, and of a cross-entropy loss, measured with the natural logarithm "
+           "($\\ln 2 \\approx 0.69$ nats make one bit).",
+    "KV cache": "the keys and values of every earlier position, kept from one decoding step to the next "
+                "so that a new token computes only its own; one layer cache per block.",
+    "AdamW": "Adam with weight decay applied to the weights directly, decoupled from the gradient's "
+             "running averages.",
 }
 
 WORDS = 32  # a gloss longer than this is cut at a clause after the term (then at a comma, with "…")
@@ -648,7 +669,8 @@ def render(defs: list[Definition]) -> str:
         links = f"[{_where_title(first.bold)}](#{first.label})"
         if others:
             links += "; also " + ", ".join(f"[{_where_title(d.bold)}](#{d.label})" for d in others)
-        out += [f"**{term}**: {gloss(first.bold)} ({links})", ""]
+        text = GLOSSES.get(term)
+        out += [f"**{term}**: {text[0].upper() + text[1:] if text else gloss(first.bold)} ({links})", ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

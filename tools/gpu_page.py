@@ -57,13 +57,13 @@ def _title(slug: str, book: Path) -> str:
 
 
 def _runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| layers × width | parameters | batch × window | steps | compiled | seconds "
-             "| best validation loss (step) | last |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| model | batch × window | steps | seconds | best validation loss (step) | last |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(runs, key=lambda r: (r["params"], r["batch_size"], r["steps"], r["compile"])):
-        lines.append(f"| {r['n_layer']} × {r['d_model']} | {r['params'] / 1e6:.2f} M | {r['batch_size']} × "
-                     f"{r['block_size']} | {r['steps']:,} | {'yes' if r['compile'] else 'no'} | {r['seconds']:.1f} | "
-                     f"{r['val_best']:.2f} ({r['best_step']:,}) | {r['val_last']:.2f} |")
+        steps = f"{r['steps']:,}" + (", compiled" if r["compile"] else "")
+        lines.append(f"| {r['n_layer']} × {r['d_model']}, {r['params'] / 1e6:.2f} M | {r['batch_size']} × "
+                     f"{r['block_size']} | {steps} | {r['seconds']:.1f} | {r['val_best']:.2f} ({r['best_step']:,}) "
+                     f"| {r['val_last']:.2f} |")
     return lines
 
 
@@ -78,6 +78,7 @@ def page(book: Path = ROOT / "book", measured: Path = MEASURED, timings_path: Pa
     ch06 = glued(book / "06-training.ipynb")
     max_best_epochs = max(r["best_step"] * r["epochs"] / r["steps"] for r in h100["runs"])
     n_over = sum(r["val_last"] > r["val_best"] for r in h100["runs"])
+    rest_s = timings["06-training"] - 60 * float(ch06["run_minutes"])
     big = runs["6x384-b64-3000"]
     small_flops, big_flops = (6 * r["params"] * r["batch_size"] * r["block_size"] for r in (gpu, big))
     flops = 6 * gpu["params"] * gpu["steps"] * gpu["batch_size"] * gpu["block_size"]
@@ -94,7 +95,9 @@ the repository, so its numbers are those files'.""", "",
            "## How the library picks the device and the precision", "", """\
 - `tinyformer.get_device()` returns the best device present: a CUDA GPU, then Apple's `mps`, then
   the CPU. A chapter moves work to that device only in the cells that train at a GPU size; every
-  other cell runs on the CPU in every runtime, so its outputs match the book's.
+  other cell runs on the CPU in every runtime and computes what the book computed. Its last digits
+  may still differ: the stored outputs were made with torch 2.13 and pinned numerics (two threads,
+  fixed code paths, see the README), and Colab runs its own torch on its own processor.
 - `tinyformer.training.train` runs the forward pass in bfloat16 autocast when it is left to choose
   (`amp=None`) and the model sits on a CUDA GPU with native bfloat16
   (`torch.cuda.is_bf16_supported(including_emulation=False)`: an A100, L4 or H100, not a T4 or a
@@ -104,8 +107,8 @@ the repository, so its numbers are those files'.""", "",
   for the small models of this book the compilation costs more than it saves (below).
 - A GPU adds its floats in another order than the CPU, so its numbers differ from the stored ones
   in the last digits, and a run of many steps drifts further. The cells whose output depends on
-  the device are the ones the notebook checker skips, and the cell after each asserts what must
-  hold on any device.""", "",
+  the device are the ones that the book's tests do not compare digit for digit when they re-run
+  every notebook (nbval), and the cell after each asserts what must hold on any device.""", "",
            "## Chapter by chapter", "",
            f"The CPU times are those of the machine that made the stored outputs (a fixed workload took "
            f"{timings['_calibration']:.2f} s there; the Preface explains the scale). A chapter marked *CPU* runs "
@@ -124,6 +127,13 @@ of {gpu['batch_size']} windows instead of {cpu_size['batch_size']}, for {gpu['st
 chapter ended at {ch06['val_loss']} after {ch06['run_minutes']} minutes; the same CPU-size run on the H100, in bfloat16,
 took {cpu_size['seconds']:.1f} s and ended at {cpu_size['val_last']:.2f}.
 
+The cells after the main run then show the GPU model, not the one the text describes: expect a
+validation loss near {gpu['val_last']:.2f} and about {gpu['epochs']:.0f} passes over the training text where the
+text, glued from the CPU run, says {ch06['val_loss']} and {ch06['epochs']}. The rest of the chapter took
+{rest_s:.0f} s on the CPU when the stored outputs were made, and runs on the CPU in a GPU runtime too, so
+on a GPU the whole chapter takes about {rest_s:.0f} s plus the main run (and, in Colab, the
+installation of the first cell).
+
 `tools/gpu_sizes.py` trained the chapter's model at other sizes on the same GPU
 ({{numref}}`fig-gpu-sizes` plots them). No run improved on its best validation loss after
 {max_best_epochs:.0f} passes over the {h100['train_tokens']:,} training tokens, and {n_over} of the {len(h100['runs'])}
@@ -137,29 +147,32 @@ made the GPU cell slower ({compiled['seconds']:.1f} s against {gpu['seconds']:.1
             out.append(f"`{path.name}`: {len(sweep['runs'])} runs on {sweep['device']} ({sweep['date']}).")
     else:
         out.append("""\
-`tools/gpu_sweep_ch07.py` extends the chapter's grid to wider models and longer budgets on a CUDA
-GPU and stores what it measures under `lib/tinyformer/measured/`. No such run is stored yet: the
-machines that made this version of the book lent no GPU for it. The chapter's fits are those of its
-CPU grid, and the chapter runs that grid on the CPU in every runtime.""")
+Chapter 7 runs its grid of small models on the CPU in every runtime, and its fits are those
+of that grid. `tools/gpu_sweep_ch07.py` extends the grid to wider models and longer budgets on a
+CUDA GPU and stores what it measures under `lib/tinyformer/measured/`; no such run is stored with
+this version of the book, so there is nothing measured to show here.""")
     out += ["", "## On Colab's free GPU", "", f"""\
-Colab's free GPU is an NVIDIA T4. It has no native bfloat16, so `train` computes there in float32.
-No T4 run is stored, so this section gives bounds and expectations, not measurements. Chapter 6's
-GPU cell does about $6ND = {flops / 1e13:.1f} \\times 10^{{13}}$ floating-point operations (its
+Colab's free GPU is an NVIDIA T4. In short: only Chapter 6's main-run cell uses it, we expect
+that cell to take tens of seconds rather than the CPU's minutes, and its loss should land near the
+H100's {gpu['val_last']:.2f}; every other chapter runs on the CPU there as anywhere, so Colab's CPU
+runtime is enough for the whole book. Changing the runtime type restarts the session: run the
+chapter from its first cell again. When Colab has no GPU to give, the chapter runs on the CPU at
+the CPU size, as this book did.
+
+The T4 has no native bfloat16, so `train` computes there in float32. No T4 run is stored, so the
+rest of this section gives bounds and reasons, not measurements. Chapter 6's GPU cell does about
+$6ND = {flops / 1e13:.1f} \\times 10^{{13}}$ floating-point operations (its
 {gpu['params'] / 1e6:.2f} M parameters times the {gpu['steps'] * gpu['batch_size'] * gpu['block_size'] / 1e6:.2f} M
 tokens it trains on, attention aside). At the T4's float32 peak of {T4_FP32_PEAK / 1e12:.1f} TFLOP/s (NVIDIA's
 datasheet) that is at least {t4_floor:.1f} s. On the H100 the run took {gpu['seconds']:.1f} s against a floor of
 {h100_floor:.2f} s at its bfloat16 peak, {gpu['seconds'] / h100_floor:,.0f} times the floor, and the
 {big['n_layer']} × {big['d_model']} model, with {big_flops / small_flops:.0f} times the arithmetic per step, took
 {1000 * big['seconds'] / big['steps']:.0f} ms per step against this run's
-{1000 * gpu['seconds'] / gpu['steps']:.0f} ms (validation included).
-At this size the time goes to what every step costs whatever its arithmetic (launching kernels,
-Python, the validation passes), not to the arithmetic. We therefore expect a T4 to take tens of
-seconds for this cell, not minutes; the
-cell prints its own time and speed, so you can see. The loss should land near the H100's, since
-the recipe is the same, but float32 and bfloat16 runs are not bit-for-bit alike.
-
-Every other chapter runs on the CPU in any runtime, so a GPU runtime does not make it faster;
-Colab's CPU runtime is enough for the whole book."""]
+{1000 * gpu['seconds'] / gpu['steps']:.0f} ms (validation included). At this size the time goes to what every
+step costs whatever its arithmetic (launching kernels, Python, the validation passes), not to the
+arithmetic; hence our expectation of tens of seconds on a T4. The cell prints its own time and
+speed, so you can see. Float32 and bfloat16 runs are not bit-for-bit alike, so the loss will not
+match the H100's to the last digit."""]
     return "\n".join(out) + "\n"
 
 

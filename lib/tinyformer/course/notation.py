@@ -33,6 +33,7 @@ class Symbol:
     code: str = ""   # the name in tinyformer's code ("" when the code has none)
     chapter: int = 0
     also: tuple[str, ...] = ()  # other spellings of the same symbol, as the chapters write them
+    previewed: tuple[int, ...] = ()  # earlier chapters that use it ahead (an exercise, a forward reference)
 
 
 TABLE: tuple[Symbol, ...] = (
@@ -71,11 +72,17 @@ TABLE: tuple[Symbol, ...] = (
            also=("W_O",)),
     Symbol("W_Q^{(h)}, W_K^{(h)}, W_V^{(h)}", "head $h$'s columns of the projections",
            r"$(d_\text{model}, d_\text{head})$", "", 2),
-    Symbol("W_1, W_2", "the two weight matrices of the feed-forward network",
-           r"$(d_\text{model}, d_\text{ff})$, $(d_\text{ff}, d_\text{model})$", "up_proj, down_proj", 2,
+    Symbol("y_i", "the output of attention at position $i$: the weighted sum of the values", "$(d_v)$", "out", 2),
+    Symbol("\\text{head}_h", "the output of head $h$, before the heads are concatenated",
+           r"$(B, T, d_\text{head})$", "", 2),
+    Symbol("w, W_1, W_2", "the additive (Bahdanau) score's weights, $s_j = w^\\top \\tanh(q W_1 + k_j W_2)$ "
+           "(a detour; from Chapter 3 on, $W_1, W_2$ are the feed-forward network's)", "", "", 2,
            also=("W_1", "W_2")),
-    Symbol("d_\\text{ff}", "width of the feed-forward network's hidden layer", "", "d_ff", 2),
     # Chapter 3: the block
+    Symbol("W_1, W_2", "the two weight matrices of the feed-forward network",
+           r"$(d_\text{model}, d_\text{ff})$, $(d_\text{ff}, d_\text{model})$", "up_proj, down_proj", 3,
+           also=("W_1", "W_2")),
+    Symbol("d_\\text{ff}", "width of the feed-forward network's hidden layer", "", "d_ff", 3, previewed=(2,)),
     Symbol("L", "number of blocks (layers)", "", "n_layer", 3, also=("n_\\text{layer}",)),
     Symbol("\\gamma, \\beta", "layer norm's gain and bias", r"$(d_\text{model})$", "weight, bias", 3),
     Symbol("\\epsilon", "the small constant inside layer norm's square root", "", "eps", 3),
@@ -87,9 +94,11 @@ TABLE: tuple[Symbol, ...] = (
     Symbol("z_t", r"a pair of coordinates read as one complex number, $z_t = e^{\mathrm{i} t \theta_i}$", "", "",
            4),
     # Chapter 5: the GPT
-    Symbol("V", r"from Chapter 5 on, the vocabulary's size $\lvert\mathcal{V}\rvert$ (the values are written "
-           "$V$ only inside attention)", "", "vocab_size", 5),
-    Symbol("E", "token embedding, one row per token", r"$(V, d_\text{model})$", "token_embedding", 5),
+    Symbol("V", r"the vocabulary's size $\lvert\mathcal{V}\rvert$: in Chapter 1 and from Chapter 5 on (in "
+           r"Chapters 2 to 4 the size is written $\lvert\mathcal{V}\rvert$ and $V$ holds the values)", "",
+           "vocab_size", 1),
+    Symbol("E", "the embedding matrix, one row per token (Chapter 1 writes its width $d$)",
+           r"$(V, d_\text{model})$", "token_embedding", 1),
     Symbol("W_U", r"unembedding, the LM head ($W_U = E^\top$ when the weights are tied)",
            r"$(d_\text{model}, V)$", "lm_head", 5),
     Symbol("h_t, z_t", r"the last block's vector at position $t$ after the final norm, and its logits "
@@ -255,7 +264,8 @@ def problems(chapters: dict[int, str], table=TABLE) -> list[str]:
 
     - a governed symbol that no row names;
     - a row's symbol absent from the chapter that the row says introduces it;
-    - a subscripted symbol that only one row names, used in a chapter before that one.
+    - a subscripted symbol that only one row names, used in a chapter before that one (other than
+      the chapters the row lists as ``previewed``, which must then use it).
     """
     out = []
     used = {number: chapter_symbols(text) for number, text in chapters.items()}
@@ -272,8 +282,11 @@ def problems(chapters: dict[int, str], table=TABLE) -> list[str]:
             if row.chapter in used and k not in used[row.chapter]:
                 out.append(f"the table says chapter {row.chapter} introduces ${k}$, but it does not write it")
             elif owners[k] == 1 and "_" in k:
-                earlier = [n for n in sorted(used) if n < row.chapter and k in used[n]]
+                earlier = [n for n in sorted(used) if n < row.chapter and k in used[n] and n not in row.previewed]
                 if earlier:
                     out.append(f"${k}$ is written in chapter {earlier[0]}, before chapter {row.chapter} "
                                "where the table says it is introduced")
+        for number in row.previewed:
+            if number in used and not row_keys(row) & used[number]:
+                out.append(f"the table says chapter {number} uses ${row.latex}$ ahead, but it does not write it")
     return out
