@@ -448,6 +448,7 @@ PREVIEWS = {
     (10, "logit lens"): "the opening names the chapter's tools; the section The logit lens defines it",
     (3, "post-norm"): "named in the opening; the section Pre-norm and post-norm defines it",
     (2, "KV cache"): "a forward reference to Chapter 8, which defines it",
+    (1, "attention"): "a pointer to Chapter 2, which defines it",
     (4, "cache"): "a pointer to Chapter 8's cache, which defines it",
     (3, "pre-norm"): "named where the block is assembled; the section Pre-norm and post-norm defines it",
 }
@@ -466,6 +467,29 @@ GLOSSES = {
            "($\\ln 2 \\approx 0.69$ nats make one bit).",
     "KV cache": "the keys and values of every earlier position, kept from one decoding step to the next "
                 "so that a new token computes only its own; one layer cache per block.",
+    "3CosAdd": "the analogy rule: to answer *a* is to *b* as *c* is to ?, take the word whose vector is "
+               "nearest, by cosine, to $b - a + c$, leaving out *a*, *b* and *c*.",
+    "induction head": "a head that attends from the current token to the token that followed an earlier copy "
+                      "of it, and copies that token forward, so that a repeated span is predicted; in Chapter 10's "
+                      "circuit its keys read a previous-token head of the layer below.",
+    "previous-token heads": "heads that put their weight on the token just before the query.",
+    "catastrophic forgetting": "a fine-tuned model's loss of what it could do before: in Chapter 9, training "
+                               "on a new domain pushes the English loss above that of predicting each token "
+                               "by its frequency alone.",
+    "model FLOPs utilisation": "MFU: the share of the hardware's advertised peak rate that a run's model FLOPs "
+                               "($6N$ per token trained) use.",
+    "floor": "the least error a model can reach on a task: for a stack that is affine in its input, whatever "
+             "its weights, the error of the best affine fit to a non-linear target.",
+    "negative log-likelihood": "minus the log of the probability the model gave the actual next token, "
+                               "averaged over the positions: a language model's loss.",
+    "scaling law": "a power law that predicts the loss a model reaches from its parameters, its training "
+                   "tokens or its compute.",
+    "autoregressive decoding": "generating text one token at a time, each new token appended to the input of "
+                               "the next step.",
+    "Q-composition": "a later head's queries reading what an earlier head wrote into the residual stream.",
+    "K-composition": "a later head's keys reading what an earlier head wrote into the residual stream, as an "
+                     "induction head's keys read a previous-token head's output.",
+    "V-composition": "a later head's values reading what an earlier head wrote into the residual stream.",
     "AdamW": "Adam with weight decay applied to the weights directly, decoupled from the gradient's "
              "running averages.",
 }

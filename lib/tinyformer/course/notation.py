@@ -78,8 +78,11 @@ TABLE: tuple[Symbol, ...] = (
     Symbol("w, W_1, W_2", "the additive (Bahdanau) score's weights, $s_j = w^\\top \\tanh(q W_1 + k_j W_2)$ "
            "(a detour; from Chapter 3 on, $W_1, W_2$ are the feed-forward network's)", "", "", 2,
            also=("W_1", "W_2")),
+    Symbol("e_i", "the one-hot vector of token $i$: all zeros but a 1 at position $i$", "$(V)$", "", 1),
+    Symbol("\\ell", "the loss of one training pair (from Chapter 3 on, $\\ell$ counts the layers)", "", "", 1),
     # Chapter 3: the block
-    Symbol("W_1, W_2", "the two weight matrices of the feed-forward network",
+    Symbol("x_\\ell", r"the residual stream after block $\ell$ ($x_0$ the embeddings)", r"$(B, T, d_\text{model})$",
+           "", 3),    Symbol("W_1, W_2", "the two weight matrices of the feed-forward network",
            r"$(d_\text{model}, d_\text{ff})$, $(d_\text{ff}, d_\text{model})$", "up_proj, down_proj", 3,
            also=("W_1", "W_2")),
     Symbol("d_\\text{ff}", "width of the feed-forward network's hidden layer", "", "d_ff", 3, previewed=(2,)),
@@ -88,7 +91,8 @@ TABLE: tuple[Symbol, ...] = (
     Symbol("\\epsilon", "the small constant inside layer norm's square root", "", "eps", 3),
     # Chapter 4: positions
     Symbol("\\mathrm{PE}", "the sinusoidal position table", r"$(T, d_\text{model})$", "sinusoidal_positions", 4),
-    Symbol("\\theta_i", "rotary embedding's angle per position for dimension pair $i$", "", "", 4),
+    Symbol("\\theta_i", "the angular frequency of dimension pair $i$, $10000^{-2i/d}$: the sinusoidal table's "
+           "and rotary embedding's", "", "", 4),
     Symbol("W_x, W_p", "a layer's weight split into the part that reads the token and the part that reads "
            "the position", "", "", 4, also=("W_x", "W_p")),
     Symbol("z_t", r"a pair of coordinates read as one complex number, $z_t = e^{\mathrm{i} t \theta_i}$", "", "",
@@ -107,10 +111,20 @@ TABLE: tuple[Symbol, ...] = (
     Symbol("T_\\text{max}", "the context window: the longest sequence the model takes", "", "block_size", 5),
     Symbol("N_\\text{matmul}", "the weights that multiply activations (a step costs about $6N_\\text{matmul}$ "
            "FLOPs per token, plus attention)", "", "", 5),
-    Symbol("N_p", "the number of parameters of a model", "", "count_params", 5),
+    Symbol("N_p", "the nucleus: the smallest set of likeliest tokens whose probability reaches $p$ (top-p "
+           "sampling)", "", "", 5),
+    Symbol("\\mathcal{L}", "a loss: the average negative log-likelihood of the targets", "", "loss", 5),
+    # Chapter 6: training
+    Symbol("\\theta", "all the parameters of a model, as one vector", "", "model.parameters()", 6),
+    Symbol("\\beta_1, \\beta_2", "Adam's decay rates for the running mean of the gradient and of its square", "",
+           "betas", 6, also=("\\beta_1", "\\beta_2"), previewed=(4,)),
+    Symbol("\\lambda", "the weight decay", "", "weight_decay", 6),
     # Chapter 7: scaling
-    Symbol("N, D, C", "parameters, training tokens, and compute in FLOPs ($C \\approx 6ND$)", "",
-           "n_params, n_tokens", 7),
+    Symbol("N, D, C", "parameters, training tokens, and compute in FLOPs ($C \\approx 6ND$); Chapter 5 "
+           "already writes $N$ for the parameters", "", "n_params, n_tokens", 7),
+    Symbol("L", "in the scaling laws, the loss a model reaches", "", "", 7),
+    Symbol("E, A, B, \\alpha, \\beta", r"the constants of the Chinchilla law $L = E + A/N^\alpha + B/D^\beta$ "
+           "(local to Chapter 7: elsewhere these letters mean other things)", "", "", 7),
     Symbol("\\alpha_N, \\alpha_D, \\alpha_C", "the exponents of the power laws in $N$, $D$ and $C$", "",
            "alpha", 7, also=("\\alpha_N", "\\alpha_D", "\\alpha_C")),
     Symbol("N_c, D_c, C_c", "the scales of the power laws $L = (N_c/N)^{\\alpha_N}$ …", "", "", 7,
@@ -118,9 +132,11 @@ TABLE: tuple[Symbol, ...] = (
     Symbol("N_\\text{opt}, D_\\text{opt}", "the compute-optimal model size and token count for a budget $C$", "",
            "", 7, also=("N_\\text{opt}", "D_\\text{opt}")),
     # Chapter 8: the KV cache
-    Symbol("n_\\text{kv heads}", "number of key/value heads (grouped-query attention)", "", "n_kv_head", 8),
+    Symbol("n_\\text{kv heads}", "number of key/value heads in grouped-query attention (`n_kv_head` in "
+           "`GPTConfig`)", "", "n_kv_heads", 8),
     # Chapter 9: LoRA
-    Symbol("W_0", "a frozen pretrained weight", r"$(d_\text{in}, d_\text{out})$", "LoRALinear.base.weight", 9),
+    Symbol("W_0", "a frozen pretrained weight (`nn.Linear` stores its transpose)", r"$(d_\text{in}, d_\text{out})$",
+           "LoRALinear.base.weight", 9),
     Symbol("d_\\text{in}, d_\\text{out}", "input and output widths of a linear layer", "",
            "in_features, out_features", 9, also=("d_\\text{in}", "d_\\text{out}")),
     Symbol("A, B, r", "LoRA's factors and their rank: $\\Delta W = AB$", r"$(d_\text{in}, r)$, $(r, d_\text{out})$",
@@ -175,6 +191,30 @@ def symbols_in(latex: str) -> list[str]:
     return found
 
 
+_DECORATED = re.compile(r"\\(?:hat|bar|tilde|mathbf|boldsymbol|mathrm|mathit|text)\s*\{\s*([A-Za-z])\s*\}|"
+                        r"(?<![_^\\A-Za-z])\{\s*([A-Za-z])\s*\}")
+# a weight matrix named by a superscript (W^Q), and a word as an italic subscript (d_{model})
+_SUPERSCRIPT_ROLE = re.compile(r"(?<![A-Za-z\\])W\^\{?[QKVOU]\}?")
+_ITALIC_WORD = re.compile(r"(?<![A-Za-z\\])(?:W|d|n|N|D|T)_\{\s*([A-Za-z]{2,})\s*\}")
+
+
+def _undecorate(latex: str) -> str:
+    """``\\hat{W}_G``, ``\\mathbf{W}_Q`` and ``{W}_G`` read as the letter they decorate."""
+    return _DECORATED.sub(lambda m: m.group(1) or m.group(2), latex)
+
+
+def style_problems(markdown: str) -> list[str]:
+    """Spellings of a governed symbol that the table's keys would hide: ``W^Q`` for ``W_Q``, and a
+    word set as an italic subscript, ``d_{model}`` for ``d_\\text{model}``."""
+    out = []
+    for span in math_spans(markdown):
+        out += [f"writes ${m.group(0)}$: the book names a projection by its subscript ($W_Q$)"
+                for m in _SUPERSCRIPT_ROLE.finditer(span)]
+        out += [f"writes ${m.group(0)}$: a word in a subscript is upright, \\text{{{m.group(1)}}}"
+                for m in _ITALIC_WORD.finditer(span)]
+    return out
+
+
 def _strip_words(latex: str) -> str:
     """``latex`` with every ``\\text{…}``-like group that is not a subscript or superscript blanked."""
     return re.sub(r"(?<![_^])(?<![_^]\{)\\(?:text|mathrm|operatorname|texttt)\s*" + _GROUP, " ", latex)
@@ -184,7 +224,7 @@ def chapter_symbols(markdown: str) -> set[str]:
     """The keys of every symbol in the math of one chapter's Markdown."""
     out: set[str] = set()
     for span in math_spans(markdown):
-        out.update(symbols_in(_strip_words(span)))
+        out.update(symbols_in(_strip_words(_undecorate(span))))
     return out
 
 
@@ -228,7 +268,23 @@ count or an exponent ($W_\\ast$, $d_\\ast$, $n_\\ast$, $N_\\ast$, $D_\\ast$, $T_
 $\\alpha_\\ast$) that the table lacks, or when a symbol is not introduced where the table says.
 Letters without a subscript ($A$, $B$, $L$, $s$, …) mean different things in different chapters,
 as in most books; the table lists the meanings that last beyond one section, and each chapter
-defines its local letters where it uses them."""
+defines its local letters where it uses them.
+
+## Conventions and operators
+
+| written | means |
+| --- | --- |
+| $x_i$, $E_{i,:}$, $\\mathrm{PE}[t, 2i]$ | entry or row $i$ (a matrix's rows are tokens); positions count from 0 |
+| $x_{\\le t}$, $x_{<t}$ | the tokens up to and including position $t$, and those before it |
+| $W^{(h)}$, $x^{(\\ell)}$ | the part that belongs to head $h$, or the value at layer $\\ell$ |
+| $A^\\top$ | the transpose of $A$ |
+| $u \\cdot v$, $\\lVert v \\rVert$ | the dot product, and the Euclidean length $\\sqrt{v \\cdot v}$ |
+| $A \\odot B$ | elementwise product |
+| $\\operatorname{softmax}$ | $\\exp$ of each entry divided by the sum over the last axis (the keys, the vocabulary) |
+| $\\ln$, $\\log$ | both the natural logarithm; losses are in nats |
+| $\\mathbb{E}$, $\\operatorname{Var}$ | mean and variance (layer norm's variance divides by the count: it is biased) |
+| $\\propto$, $\\approx$ | proportional to, approximately equal to |
+"""
 
 CHAPTERS = {
     1: "01-embeddings", 2: "02-attention", 3: "03-transformer-block", 4: "04-positions", 5: "05-gpt",
@@ -270,6 +326,7 @@ def problems(chapters: dict[int, str], table=TABLE) -> list[str]:
     out = []
     used = {number: chapter_symbols(text) for number, text in chapters.items()}
     for number, text in sorted(chapters.items()):
+        out += [f"chapter {number} {problem}" for problem in style_problems(text)]
         for k in sorted(unknown_symbols(text, table)):
             out.append(f"chapter {number} writes ${k}$, which the notation table lacks: add a row "
                        "to tinyformer.course.notation.TABLE")
