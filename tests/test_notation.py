@@ -99,3 +99,15 @@ def test_a_spelling_that_hides_a_symbol_is_caught(chapters, written, complaint):
     doctored = dict(chapters)
     doctored[4] = chapters[4] + f"\n\nHere ${written}$ again.\n"
     assert any(complaint in p and p.startswith("chapter 4") for p in notation.problems(doctored))
+
+
+def test_math_wrapped_over_two_lines_is_read(chapters):
+    doctored = dict(chapters)
+    doctored[3] = chapters[3] + "\n\nThe gate multiplies $x W_1 \\odot\nx W_G$ elementwise.\n"
+    assert any("$W_G$, which the notation table lacks" in p for p in notation.problems(doctored))
+
+
+def test_a_greek_letter_used_before_its_chapter_is_caught(chapters):
+    doctored = dict(chapters)
+    doctored[2] = chapters[2] + "\n\nWith a weight decay $\\lambda$ the weights shrink.\n"  # lambda belongs to chapter 6
+    assert any("$\\lambda$ is written in chapter 2" in p for p in notation.problems(doctored))

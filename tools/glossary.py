@@ -477,7 +477,7 @@ GLOSSES = {
                                "on a new domain pushes the English loss above that of predicting each token "
                                "by its frequency alone.",
     "model FLOPs utilisation": "MFU: the share of the hardware's advertised peak rate that a run's model FLOPs "
-                               "($6N$ per token trained) use.",
+                               "(about $6N$ per token trained, plus attention's) use.",
     "floor": "the least error a model can reach on a task: for a stack that is affine in its input, whatever "
              "its weights, the error of the best affine fit to a non-linear target.",
     "negative log-likelihood": "minus the log of the probability the model gave the actual next token, "

@@ -143,8 +143,8 @@ runs ended above their best. On a corpus this small, running longer gains little
 early stopping (the chapter's model, run {longer['steps']} steps, was best at step {longer['best_step']},
 at {longer['val_best']:.2f} against {gpu['val_last']:.2f}, and ended at {longer['val_last']:.2f}), and no larger model,
 at the learning rates tried, beat the chapter's ({{doc}}`Chapter 7 <07-scaling>` measures how data
-and model size should grow together). The stored runs validated every
-{max(50, gpu['steps'] // 20)} steps, the cell every 100. Compiling
+and model size should grow together). The stored run of the cell's size
+validated every {max(50, gpu['steps'] // 20)} steps, the cell every 100. Compiling
 made the GPU cell slower ({compiled['seconds']:.1f} s against {gpu['seconds']:.1f} s), compilation included.""",
             "", *_runs_table(h100["runs"]), "", "## Chapter 7: the sweep at GPU sizes", ""]
     if sweeps:
@@ -158,8 +158,9 @@ of that grid. `tools/gpu_sweep_ch07.py` extends the grid to wider models and lon
 CUDA GPU and stores what it measures under `lib/tinyformer/measured/`; no such run is stored with
 this version of the book, so there is nothing measured to show here.""")
     out += ["", "## On Colab's free GPU", "", f"""\
-Colab's free GPU is an NVIDIA T4. In short: only Chapter 6's main-run cell uses it, we expect
-that cell to take tens of seconds rather than the CPU's minutes, and its loss should land near the
+Colab's free GPU is an NVIDIA T4. In short: only Chapter 6 uses it (the main run and the samples
+around it), we expect the main-run cell
+to take tens of seconds rather than the CPU's minutes, and its loss should land near the
 H100's {gpu['val_last']:.2f}; every other chapter runs on the CPU there as anywhere, so Colab's CPU
 runtime is enough for the whole book. Changing the runtime type restarts the session: run the
 chapter from its first cell again. When Colab has no GPU to give, the chapter runs on the CPU at

@@ -64,7 +64,7 @@ TABLE: tuple[Symbol, ...] = (
            "q, k, v", 2),
     Symbol("S_{ij}, s_j", "score of query $i$ against key $j$ (for one query, $s_j$)", "$(B, T, T)$", "scores", 2),
     Symbol("\\alpha_{ij}", "attention weights: how much query $i$ takes from key $j$; each row sums to 1",
-           r"$(B, T, T)$ or $(B, n_\text{heads}, T, T)$", "weights", 2, also=("\\alpha_j",)),
+           r"$(B, T, T)$ or $(B, n_\text{heads}, T, T)$", "weights", 2, also=("\\alpha_j", "\\alpha_l")),
     Symbol("n_\\text{heads}", "number of attention heads (`n_head` in `GPTConfig`)", "", "n_heads", 2),
     Symbol("d_\\text{head}", r"width of one head, $d_\text{model} / n_\text{heads}$", "", "d_head", 2),
     Symbol("W_O, W_O^{(h)}", "output projection, and its block of rows that belongs to head $h$",
@@ -79,7 +79,8 @@ TABLE: tuple[Symbol, ...] = (
            "(a detour; from Chapter 3 on, $W_1, W_2$ are the feed-forward network's)", "", "", 2,
            also=("W_1", "W_2")),
     Symbol("e_i", "the one-hot vector of token $i$: all zeros but a 1 at position $i$", "$(V)$", "", 1),
-    Symbol("\\ell", "the loss of one training pair (from Chapter 3 on, $\\ell$ counts the layers)", "", "", 1),
+    Symbol("\\ell", "the index of a layer; in Chapter 1's skip-gram equations, also the loss of one pair", "", "",
+           1),
     # Chapter 3: the block
     Symbol("x_\\ell", r"the residual stream after block $\ell$ ($x_0$ the embeddings)", r"$(B, T, d_\text{model})$",
            "", 3),    Symbol("W_1, W_2", "the two weight matrices of the feed-forward network",
@@ -93,14 +94,16 @@ TABLE: tuple[Symbol, ...] = (
     Symbol("\\mathrm{PE}", "the sinusoidal position table", r"$(T, d_\text{model})$", "sinusoidal_positions", 4),
     Symbol("\\theta_i", "the angular frequency of dimension pair $i$, $10000^{-2i/d}$: the sinusoidal table's "
            "and rotary embedding's", "", "", 4),
+    Symbol("\\theta, R(\\theta)", "an angle, and the $2 \\times 2$ matrix that rotates a pair of coordinates by it",
+           "$(2, 2)$", "", 4),
     Symbol("W_x, W_p", "a layer's weight split into the part that reads the token and the part that reads "
            "the position", "", "", 4, also=("W_x", "W_p")),
     Symbol("z_t", r"a pair of coordinates read as one complex number, $z_t = e^{\mathrm{i} t \theta_i}$", "", "",
            4),
     # Chapter 5: the GPT
-    Symbol("V", r"the vocabulary's size $\lvert\mathcal{V}\rvert$: in Chapter 1 and from Chapter 5 on (in "
-           r"Chapters 2 to 4 the size is written $\lvert\mathcal{V}\rvert$ and $V$ holds the values)", "",
-           "vocab_size", 1),
+    Symbol("V", r"the vocabulary's size $\lvert\mathcal{V}\rvert$, in Chapter 1 and from Chapter 5 on; inside "
+           r"attention (Chapters 2 to 4, and 8) $V$ holds the values, and in Chapter 3's SwiGLU box it is the "
+           "second input matrix", "", "vocab_size", 1),
     Symbol("E", "the embedding matrix, one row per token (Chapter 1 writes its width $d$)",
            r"$(V, d_\text{model})$", "token_embedding", 1),
     Symbol("W_U", r"unembedding, the LM head ($W_U = E^\top$ when the weights are tied)",
@@ -156,7 +159,8 @@ _GROUP = r"\{(?:[^{}]|\{[^{}]*\})*\}"
 _ATOM = rf"(?:\\(?:text|mathrm|operatorname|mathcal|mathbf)\s*{_GROUP}|\\[A-Za-z]+|[A-Za-z0-9])"
 _SYMBOL = re.compile(rf"(?<![A-Za-z\\])(\\mathcal\{{[A-Z]\}}|\\[A-Za-z]+|[A-Za-z])"
                      rf"(?:_({_GROUP}|{_ATOM}))?(?:\^({_GROUP}|{_ATOM}))?")
-_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$([^$\n]+?)\$|```\{math\}(.*?)```", re.S)
+# inline math may wrap onto the next line (not across a blank line)
+_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$((?:[^$\n]|\n(?!\s*\n))+?)\$|```\{math\}(.*?)```", re.S)
 _WORDS = re.compile(r"\\(?:text|mathrm|operatorname|texttt)\s*\{([^{}]*)\}")
 
 
@@ -338,7 +342,7 @@ def problems(chapters: dict[int, str], table=TABLE) -> list[str]:
         for k in sorted(row_keys(row)):
             if row.chapter in used and k not in used[row.chapter]:
                 out.append(f"the table says chapter {row.chapter} introduces ${k}$, but it does not write it")
-            elif owners[k] == 1 and "_" in k:
+            elif owners[k] == 1 and ("_" in k or k.startswith("\\")):
                 earlier = [n for n in sorted(used) if n < row.chapter and k in used[n] and n not in row.previewed]
                 if earlier:
                     out.append(f"${k}$ is written in chapter {earlier[0]}, before chapter {row.chapter} "
