@@ -108,6 +108,6 @@ def test_math_wrapped_over_two_lines_is_read(chapters):
 
 
 def test_a_greek_letter_used_before_its_chapter_is_caught(chapters):
-    doctored = dict(chapters)
-    doctored[2] = chapters[2] + "\n\nWith a weight decay $\\lambda$ the weights shrink.\n"  # lambda belongs to chapter 6
+    doctored = dict(chapters)  # lambda, the weight decay, belongs to chapter 6
+    doctored[2] = chapters[2] + "\n\nWith a weight decay $\\lambda$ the weights shrink.\n"
     assert any("$\\lambda$ is written in chapter 2" in p for p in notation.problems(doctored))
