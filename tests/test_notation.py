@@ -87,14 +87,16 @@ def test_a_preview_must_be_declared_and_real(chapters):
     assert any("chapter 1 uses $d_\\text{ff}$ ahead" in p for p in notation.problems(chapters, false))
 
 
-@pytest.mark.parametrize("written", [r"\hat{W}_G", r"\mathbf{W}_G", r"{W}_G", r"\mathrm{W}_G", r"\bar{W}_G"])
+@pytest.mark.parametrize("written", [r"\hat{W}_G", r"\mathbf{W}_G", r"{W}_G", r"\mathrm{W}_G", r"\bar{W}_G",
+                                     r"\vec{W}_G", r"\bm{W}_G", r"\widehat{W}_G"])
 def test_a_decorated_unknown_symbol_is_caught(chapters, written):
     doctored = dict(chapters)
     doctored[3] = chapters[3] + f"\n\nA gate ${written} x$.\n"
     assert any("$W_G$, which the notation table lacks" in p for p in notation.problems(doctored))
 
 
-@pytest.mark.parametrize("written, complaint", [("W^Q", "by its subscript"), ("d_{model}", "upright")])
+@pytest.mark.parametrize("written, complaint", [("W^Q", "by its subscript"), ("W^{q}", "by its subscript"),
+                                               ("d_{model}", "upright")])
 def test_a_spelling_that_hides_a_symbol_is_caught(chapters, written, complaint):
     doctored = dict(chapters)
     doctored[4] = chapters[4] + f"\n\nHere ${written}$ again.\n"

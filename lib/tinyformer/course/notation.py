@@ -195,10 +195,11 @@ def symbols_in(latex: str) -> list[str]:
     return found
 
 
-_DECORATED = re.compile(r"\\(?:hat|bar|tilde|mathbf|boldsymbol|mathrm|mathit|text)\s*\{\s*([A-Za-z])\s*\}|"
+_DECORATED = re.compile(r"\\(?:hat|widehat|bar|overline|tilde|widetilde|vec|bm|mathbf|boldsymbol|mathrm|mathit|"
+                        r"mathsf|text)\s*\{\s*([A-Za-z])\s*\}|"
                         r"(?<![_^\\A-Za-z])\{\s*([A-Za-z])\s*\}")
 # a weight matrix named by a superscript (W^Q), and a word as an italic subscript (d_{model})
-_SUPERSCRIPT_ROLE = re.compile(r"(?<![A-Za-z\\])W\^\{?[QKVOU]\}?")
+_SUPERSCRIPT_ROLE = re.compile(r"(?<![A-Za-z\\])W\^\{?[QKVOUqkvou]\}?(?![A-Za-z])")
 _ITALIC_WORD = re.compile(r"(?<![A-Za-z\\])(?:W|d|n|N|D|T)_\{\s*([A-Za-z]{2,})\s*\}")
 
 
