@@ -23,6 +23,27 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 
 
+def sphinx_build(root: Path) -> tuple[Path, str]:
+    """Build the Sphinx project in `root` (its conf.py) into root/_build/html; the output folder and
+    the warnings Sphinx printed."""
+    import io
+
+    from sphinx.application import Sphinx
+    from sphinx.testing.util import _clean_up_global_state
+
+    warnings = io.StringIO()
+    out = root / "_build" / "html"
+    app = Sphinx(str(root), str(root), str(out), str(root / "_build" / "doctrees"), "html",
+                 status=None, warning=warnings, freshenv=True)
+    try:
+        app.build()
+    finally:
+        # Sphinx registers its nodes with docutils once per process: undo that, as Sphinx's own test
+        # apps do, so that the next build in this process does not warn that they exist already
+        _clean_up_global_state()
+    return out, warnings.getvalue()
+
+
 def chapter_notebooks() -> list[Path]:
     return sorted(BOOK.glob("[0-9][0-9]-*.ipynb"))
 

@@ -21,6 +21,8 @@ sys.path.insert(0, str(ROOT / "_ext"))
 
 import browser_check  # noqa: E402
 
+from conftest import sphinx_build  # noqa: E402
+
 REPO_URL = "https://github.com/someone/somebook"
 COLAB = "https://colab.research.google.com/github/someone/somebook/blob/main/"
 BINDER = "https://mybinder.org/v2/gh/someone/somebook/main?urlpath=lab/tree/"
@@ -332,14 +334,12 @@ def test_layout_extension_numbers_per_chapter():
 @pytest.fixture(scope="module")
 def sphinx_site(tmp_path_factory) -> Path:
     """A real two-page Sphinx site, built here, whose search index the browser must read offline."""
-    from sphinx.cmd.build import build_main
-
     src = tmp_path_factory.mktemp("search-src")
     (src / "conf.py").write_text("project = 'x'\nhtml_theme = 'basic'\n")
     (src / "index.rst").write_text("Home\n====\n\n.. toctree::\n\n   heads\n")
     (src / "heads.rst").write_text("Heads\n=====\n\nAn induction head copies what followed a token before.\n")
-    out = tmp_path_factory.mktemp("search-html")
-    assert build_main(["-q", "-b", "html", str(src), str(out)]) == 0
+    out, warnings = sphinx_build(src)
+    assert warnings == "" and (out / "searchindex.js").exists()
     return out
 
 

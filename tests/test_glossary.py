@@ -3,7 +3,6 @@ labelled by _ext/glossary_labels.py, land on the bold words and are checked by t
 
 from __future__ import annotations
 
-import io
 import re
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import jupytext
 import nbformat
 import pytest
 
-from conftest import BOOK, ROOT
+from conftest import BOOK, ROOT, sphinx_build
 
 sys.path.insert(0, str(ROOT / "tools"))
 import glossary  # noqa: E402
@@ -226,20 +225,10 @@ exclude_patterns = ["_build"]
              "A **widget** again, in bold but not defined here: **Widget.** A run-in heading.")
 
 
-def _build(root: Path) -> tuple[Path, str]:
-    from sphinx.application import Sphinx
-    warnings = io.StringIO()
-    out = root / "_build" / "html"
-    app = Sphinx(str(root), str(root), str(out), str(root / "_build" / "doctrees"), "html",
-                 status=None, warning=warnings, freshenv=True)
-    app.build()
-    return out, warnings.getvalue()
-
-
 def test_links_land_on_the_bold_word_and_a_missing_target_fails_the_build(tmp_path):
     _sphinx_book(tmp_path)
     glossary.write(tmp_path / "book")
-    out, warnings = _build(tmp_path)
+    out, warnings = sphinx_build(tmp_path)
     assert warnings == ""
     chapter = (out / "book" / "01-demo.html").read_text()
     assert re.search(r'<strong id="glossary-widget">widget</strong>', chapter)
@@ -250,7 +239,7 @@ def test_links_land_on_the_bold_word_and_a_missing_target_fails_the_build(tmp_pa
     # the chapter stops defining the term, the page is not regenerated: the build must say so
     source = tmp_path / "book" / "01-demo.md"
     source.write_text(source.read_text().replace("The **widget** is", "The widget is"))
-    _, warnings = _build(tmp_path)
+    _, warnings = sphinx_build(tmp_path)
     assert "glossary-widget-2" in warnings and "not found" in warnings
 
 

@@ -4,7 +4,6 @@ choices, and the licence."""
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
@@ -22,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from conftest import ROOT
+from conftest import ROOT, sphinx_build
 
 sys.path.insert(0, str(ROOT / "_ext"))
 sys.path.insert(0, str(ROOT / "tools"))
@@ -124,17 +123,6 @@ exclude_patterns = ["notebooks", "_build"]
         (root / path).write_text("x\n")
 
 
-def build(root: Path) -> tuple[Path, str]:
-    from sphinx.application import Sphinx
-
-    warnings = io.StringIO()
-    out = root / "_build" / "html"
-    app = Sphinx(str(root), str(root), str(out), str(root / "_build" / "doctrees"), "html",
-                 status=None, warning=warnings, freshenv=True)
-    app.build()
-    return out, warnings.getvalue()
-
-
 def check(root: Path, out: Path) -> list[str]:
     config = {"repository": {"url": REPO, "branch": BRANCH},
               "launch_buttons": {"colab_url": COLAB, "binderhub_url": "https://mybinder.org",
@@ -153,7 +141,7 @@ def _parse(page: Path) -> check_html.Page:
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("book")
     make_book(root)
-    out, warnings = build(root)
+    out, warnings = sphinx_build(root)
     return root, out, warnings
 
 
@@ -207,7 +195,7 @@ def test_check_html_catches_broken_launch_links(built, tmp_path):
 
 def test_missing_notebooks_fail_the_build_and_the_check(tmp_path):
     make_book(tmp_path, notebooks=False)
-    out, warnings = build(tmp_path)
+    out, warnings = sphinx_build(tmp_path)
     assert "notebooks/07-demo.ipynb is missing" in warnings
     assert "notebooks/exercises/07-demo.ipynb is missing" in warnings
     problems = check(tmp_path, out)
@@ -216,7 +204,7 @@ def test_missing_notebooks_fail_the_build_and_the_check(tmp_path):
 
 def test_chapter_without_exercises_links_none(tmp_path):
     make_book(tmp_path, exercises=False)
-    out, warnings = build(tmp_path)
+    out, warnings = sphinx_build(tmp_path)
     assert "launch" not in warnings, warnings
     texts = [a["text"] for a in _parse(out / "book" / "07-demo.html").anchors]
     assert "Chapter in Colab" in texts and "Exercises in Colab" not in texts
